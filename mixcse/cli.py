@@ -1,0 +1,73 @@
+"""``mixcse`` command line: train | eval | encode | search | data | bench."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import MixCSEError
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .config import load_recipe
+    from .trainer import train
+
+    config = load_recipe(args.recipe, args.overrides)
+    result = train(config, overwrite=args.overwrite, resume=args.resume)
+    fmt = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
+    print(f"raw STS-B dev {fmt(result.raw_dev)} -> best {fmt(result.best_dev)} at step {result.best_step}; "
+          f"{result.steps} steps in {result.train_seconds:.1f}s ({result.sentences_per_second:.1f} sentences/s); "
+          f"model in {result.output_dir}/best")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mixcse", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train an encoder from a YAML recipe")
+    p.add_argument("recipe", help="recipe YAML (see recipes/)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="override recipe keys")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output_dir")
+    p.add_argument("--resume", action="store_true", help="continue from output_dir/checkpoint")
+    p.set_defaults(func=_train)
+
+    try:
+        from .evaluation.command import add_data_arguments, add_eval_arguments, run_data, run_eval
+    except ImportError:
+        pass
+    else:
+        p = sub.add_parser("eval", help="SentEval protocol: STS, transfer, analysis")
+        add_eval_arguments(p)
+        p.set_defaults(func=run_eval)
+        p = sub.add_parser("data", help="download benchmark data and the training corpus")
+        add_data_arguments(p)
+        p.set_defaults(func=run_data)
+    try:
+        from .inference_cli import add_encode_arguments, add_search_arguments, run_encode, run_search
+    except ImportError:
+        pass
+    else:
+        p = sub.add_parser("encode", help="embed a file of sentences")
+        add_encode_arguments(p)
+        p.set_defaults(func=run_encode)
+        p = sub.add_parser("search", help="exact cosine search over a corpus")
+        add_search_arguments(p)
+        p.set_defaults(func=run_search)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except MixCSEError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Training configuration: one flat dataclass, loaded from a YAML recipe plus ``key=value`` overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError
+from .losses import PRESETS, ContrastiveObjective, objective_from_preset
+from .model import POOLERS
+
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+
+
+@dataclass
+class TrainConfig:
+    # what to train
+    model: str = ""
+    train_file: str = ""
+    output_dir: str = ""
+    # objective: a preset name; lam/directions/mix_grad/lam_bound override the preset when set
+    loss: str = "mixcse"
+    lam: float | None = None
+    temperature: float = 0.05
+    directions: int | None = None
+    mix_grad: str | None = None
+    lam_bound: bool | None = None
+    # encoder
+    pooler: str = "cls"
+    mlp_only_train: bool = True
+    max_seq_length: int = 32
+    trust_remote_code: bool = False
+    # data
+    max_sentences: int | None = None  # use only the first N lines of train_file
+    dedupe: bool = False
+    # optimisation (SimCSE's unsupervised BERT-base defaults)
+    batch_size: int = 64
+    learning_rate: float = 3e-5
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.0
+    max_grad_norm: float | None = 1.0
+    epochs: int = 1
+    max_steps: int | None = None  # overrides epochs
+    seed: int = 42
+    precision: str = "fp32"
+    num_threads: int | None = None
+    # evaluation / checkpoints
+    data_dir: str | None = None  # SentEval layout; STS-B dev selects the best checkpoint
+    eval_steps: int = 125
+    eval_batch_size: int = 128
+    eval_at_start: bool = True
+    early_stopping_patience: int | None = None  # evaluations without improvement before stopping
+    save_steps: int | None = None  # resumable checkpoint cadence; defaults to eval_steps
+    log_steps: int = 10
+
+    def objective(self) -> ContrastiveObjective:
+        try:
+            return objective_from_preset(
+                self.loss, lam=self.lam, temperature=self.temperature, directions=self.directions,
+                mix_grad=self.mix_grad, lam_bound=self.lam_bound,
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> "TrainConfig":
+        for name in ("model", "train_file", "output_dir"):
+            if not getattr(self, name):
+                raise ConfigError(f"config key {name!r} is required")
+        if self.loss not in PRESETS:
+            raise ConfigError(f"loss must be one of {', '.join(PRESETS)}, got {self.loss!r}")
+        if self.pooler not in POOLERS:
+            raise ConfigError(f"pooler must be one of {', '.join(POOLERS)}, got {self.pooler!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        positive = ["batch_size", "max_seq_length", "epochs", "eval_steps", "log_steps", "eval_batch_size"]
+        for name in positive + ["max_steps", "save_steps", "max_sentences", "early_stopping_patience", "num_threads"]:
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"config key {name!r} must be >= 1, got {value}")
+        if self.batch_size < 2:
+            raise ConfigError("batch_size must be >= 2: in-batch negatives need a second sentence")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        self.objective()  # checks lam / directions / mix_grad ranges
+        return self
+
+
+def _allowed_types(annotation) -> tuple[type, ...]:
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return tuple(a for a in args)
+    return (annotation,)
+
+
+def _coerce(name: str, value, annotation):
+    allowed = _allowed_types(annotation)
+    if value is None and type(None) in allowed:
+        return None
+    for kind in allowed:
+        if kind is bool and isinstance(value, bool):
+            return value
+        if kind is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if kind is str and isinstance(value, str):
+            return value
+    return _fail_type(name, value, allowed)
+
+
+def _fail_type(name, value, allowed):
+    names = " or ".join("null" if a is type(None) else a.__name__ for a in allowed)
+    raise ConfigError(f"config key {name!r} must be {names}, got {value!r} ({type(value).__name__})")
+
+
+def build_config(values: dict) -> TrainConfig:
+    hints = typing.get_type_hints(TrainConfig)
+    known = {f.name for f in fields(TrainConfig)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown config key {key!r}{hint}")
+        kwargs[key] = _coerce(key, value, hints[key])
+    return TrainConfig(**kwargs).validate()
+
+
+def parse_overrides(overrides: list[str]) -> dict:
+    """``key=value`` pairs; values are parsed as YAML scalars (3e-5, true, null, 64)."""
+    parsed = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        try:
+            parsed[key.strip()] = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            parsed[key.strip()] = raw
+    return parsed
+
+
+def load_recipe(path: str | Path | None, overrides: list[str] | dict | None = None) -> TrainConfig:
+    values: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"recipe not found: {path}")
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"recipe {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"recipe {path} must be a mapping of config keys")
+        values.update(loaded or {})
+    if isinstance(overrides, dict):
+        values.update(overrides)
+    elif overrides:
+        values.update(parse_overrides(overrides))
+    return build_config(values)

@@ -1,0 +1,93 @@
+"""Inference API: ``SentenceEncoder.load(path).encode(sentences)`` for any mixcse, sentence-transformers or HF model."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .model import Encoder, load_encoder
+
+
+def _fingerprint(name_or_path: str, pooler: str) -> str:
+    """Identity of the weights + pooler, for embedding caches: content hash of local weight files, else the name."""
+    h = hashlib.sha256(f"{pooler}\0".encode())
+    root = Path(name_or_path)
+    files = sorted(root.rglob("*.safetensors")) if root.is_dir() else []
+    if not files:
+        h.update(name_or_path.encode())
+    for f in files:
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                h.update(chunk)
+    return h.hexdigest()[:20]
+
+
+class SentenceEncoder:
+    """Frozen sentence embeddings: length-sorted batches, no padding beyond each batch, input order preserved."""
+
+    def __init__(self, encoder: Encoder, tokenizer, *, max_seq_length: int | None = None,
+                 fingerprint: str | None = None, device: str | torch.device | None = None):
+        self.encoder = encoder
+        self.tokenizer = tokenizer
+        self.device = torch.device(device) if device else next(encoder.parameters()).device
+        # No truncation below what the model can take: evaluation must see whole sentences.
+        limit = getattr(encoder.backbone.config, "max_position_embeddings", None) or 512
+        self.max_seq_length = min(max_seq_length or limit, limit)
+        self.fingerprint = fingerprint
+
+    @classmethod
+    def load(cls, name_or_path: str | os.PathLike, *, pooler: str | None = None, device: str | None = None,
+             trust_remote_code: bool = False) -> "SentenceEncoder":
+        name_or_path = str(name_or_path)
+        encoder, tokenizer, info = load_encoder(name_or_path, pooler=pooler, trust_remote_code=trust_remote_code)
+        encoder.eval()
+        if device:
+            encoder.to(device)
+        return cls(encoder, tokenizer, max_seq_length=info["max_seq_length"],
+                   fingerprint=_fingerprint(name_or_path, encoder.test_pooler), device=device)
+
+    @property
+    def pooler(self) -> str:
+        return self.encoder.test_pooler
+
+    @torch.inference_mode()
+    def encode(self, sentences: list[str], batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+        """(len(sentences), d) float32 embeddings, in input order."""
+        if isinstance(sentences, str):
+            raise TypeError("encode takes a list of sentences, not a single string")
+        n = len(sentences)
+        if n == 0:
+            return np.zeros((0, self.encoder.hidden_size), dtype=np.float32)
+        ids = self.tokenizer(list(sentences), truncation=True, max_length=self.max_seq_length,
+                             add_special_tokens=True)["input_ids"]
+        order = np.argsort([-len(x) for x in ids], kind="stable")
+        was_training = self.encoder.training
+        self.encoder.eval()
+        out = np.empty((n, self.encoder.hidden_size), dtype=np.float32)
+        starts = range(0, n, batch_size)
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="encode", unit="batch")
+        for start in starts:
+            idx = order[start:start + batch_size]
+            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in idx]}, return_tensors="pt")
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            out[idx] = self.encoder(batch, use_head=None).float().cpu().numpy()
+        self.encoder.train(was_training)
+        return out
+
+    __call__ = encode
+
+    @staticmethod
+    def similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Cosine similarity matrix between rows of a and rows of b."""
+        a = np.atleast_2d(a).astype(np.float32)
+        b = np.atleast_2d(b).astype(np.float32)
+        a = a / np.clip(np.linalg.norm(a, axis=1, keepdims=True), 1e-12, None)
+        b = b / np.clip(np.linalg.norm(b, axis=1, keepdims=True), 1e-12, None)
+        return a @ b.T

@@ -1,0 +1,177 @@
+"""Turning sentences into embeddings: one call per distinct sentence, optionally cached on disk.
+
+SentEval encodes every task's batches as they come, so a sentence shared by several tasks (or by both sides of
+several pairs) is encoded many times. Here the runner gathers all sentences first and encodes each distinct
+one once; the cache makes a second evaluation of the same weights free.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+Encoder = Any  # an object with .encode(list[str], batch_size=...) or a callable list[str] -> array
+
+
+def resolve_encoder(model: Any, pooler: str | None = None) -> Encoder:
+    """A path/name becomes a `SentenceEncoder`; encoders and callables pass through unchanged."""
+    if isinstance(model, (str, os.PathLike)):
+        from mixcse.encoder import SentenceEncoder  # lazy: heavy import, and only needed for paths
+
+        return SentenceEncoder.load(model, pooler=pooler)
+    if hasattr(model, "encode") or callable(model):
+        return model
+    raise TypeError(f"not an encoder: {type(model).__name__} (need .encode(list[str]) or a callable)")
+
+
+def encoder_fingerprint(encoder: Encoder) -> str | None:
+    fp = getattr(encoder, "fingerprint", None)
+    return fp if isinstance(fp, str) and fp else None
+
+
+def describe_encoder(encoder: Encoder) -> str:
+    fp = encoder_fingerprint(encoder)
+    name = getattr(encoder, "__qualname__", None) or type(encoder).__qualname__
+    return f"{name} ({fp})" if fp else name
+
+
+def _length_order(sentences: list[str]) -> np.ndarray:
+    """Longest first, so that padding is minimal and an out-of-memory batch shows up at once."""
+    return np.asarray(sorted(range(len(sentences)), key=lambda i: (-len(sentences[i].split()),
+                                                                   -len(sentences[i]), i)), dtype=np.int64)
+
+
+def _as_matrix(out: Any, n: int) -> np.ndarray:
+    if hasattr(out, "detach"):  # a torch tensor
+        out = out.detach().float().cpu().numpy()
+    arr = np.asarray(out, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape[0] != n:
+        raise ValueError(f"encoder returned shape {arr.shape} for {n} sentences; expected ({n}, dim)")
+    return arr
+
+
+def encode_raw(encoder: Encoder, sentences: list[str], batch_size: int = 64) -> np.ndarray:
+    """Embed `sentences` (already deduplicated) in input order.
+
+    An object with `.encode` gets the whole list in one call (it sorts and batches itself); a plain callable
+    is fed length-sorted batches of `batch_size`, as a model would want."""
+    if not sentences:
+        return np.zeros((0, 0), dtype=np.float32)
+    if hasattr(encoder, "encode"):
+        return _as_matrix(encoder.encode(list(sentences), batch_size=batch_size), len(sentences))
+    order = _length_order(sentences)
+    parts = []
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        batch = [sentences[i] for i in idx]
+        parts.append(_as_matrix(encoder(batch), len(batch)))
+    sorted_emb = np.concatenate(parts, axis=0)
+    out = np.empty_like(sorted_emb)
+    out[order] = sorted_emb
+    return out
+
+
+def _key(sentence: str) -> bytes:
+    return hashlib.sha256(sentence.encode("utf-8")).digest()[:16]
+
+
+class EmbeddingCache:
+    """Embeddings on disk, one folder per encoder fingerprint, append-only shards.
+
+    Each run that encodes new sentences writes one new shard (temp file + rename), so a crash never leaves a
+    half-written file behind and two concurrent runs cannot corrupt each other (duplicates are harmless)."""
+
+    def __init__(self, cache_dir: str | os.PathLike, fingerprint: str):
+        self.fingerprint = fingerprint
+        digest = hashlib.sha256(fingerprint.encode("utf-8")).hexdigest()[:20]
+        self.dir = Path(cache_dir) / digest
+        self._index: dict[bytes, tuple[int, int]] | None = None
+        self._shards: list[np.ndarray] = []
+
+    def _load(self) -> None:
+        if self._index is not None:
+            return
+        self._index, self._shards = {}, []
+        if not self.dir.is_dir():
+            return
+        for path in sorted(self.dir.glob("shard-*.npz")):
+            try:
+                with np.load(path) as z:
+                    keys, emb = z["keys"], z["emb"]
+            except Exception:  # an unreadable shard is ignored, not fatal: it is only a cache
+                continue
+            if len(keys) != len(emb) or (self._shards and emb.shape[1] != self._shards[0].shape[1]):
+                continue
+            s = len(self._shards)
+            self._shards.append(emb)
+            for row, k in enumerate(keys.tobytes()[i:i + 16] for i in range(0, keys.size * 16, 16)):
+                self._index.setdefault(k, (s, row))
+
+    def lookup(self, sentences: list[str]) -> tuple[np.ndarray | None, list[int]]:
+        """Rows for the cached sentences (None if nothing cached) and the positions still missing."""
+        self._load()
+        assert self._index is not None
+        hits = [self._index.get(_key(s)) for s in sentences]
+        missing = [i for i, h in enumerate(hits) if h is None]
+        if len(missing) == len(sentences):
+            return None, missing
+        dim = self._shards[0].shape[1]
+        out = np.zeros((len(sentences), dim), dtype=np.float32)
+        for i, h in enumerate(hits):
+            if h is not None:
+                out[i] = self._shards[h[0]][h[1]]
+        return out, missing
+
+    def add(self, sentences: list[str], emb: np.ndarray) -> None:
+        if not sentences:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fp_file = self.dir / "fingerprint.txt"
+        if not fp_file.exists():
+            fp_file.write_text(self.fingerprint + "\n", encoding="utf-8")
+        keys = np.frombuffer(b"".join(_key(s) for s in sentences), dtype=np.uint8).reshape(-1, 16)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=self.dir)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, keys=keys, emb=np.asarray(emb, dtype=np.float32))
+            os.replace(tmp, self.dir / f"shard-{uuid.uuid4().hex}.npz")
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._index = None  # reload lazily next time
+
+
+def encode_unique(encoder: Encoder, sentences: Iterable[str], *, batch_size: int = 64,
+                  cache_dir: str | os.PathLike | None = None) -> tuple[dict[str, int], np.ndarray, dict]:
+    """Embed each distinct sentence once. Returns (sentence -> row, matrix, stats)."""
+    unique = list(dict.fromkeys(sentences))
+    index = {s: i for i, s in enumerate(unique)}
+    stats = {"distinct_sentences": len(unique), "cache_hits": 0, "encoded": len(unique)}
+    fp = encoder_fingerprint(encoder)
+    cache = EmbeddingCache(cache_dir, fp) if (cache_dir is not None and fp) else None
+    if cache is None:
+        return index, encode_raw(encoder, unique, batch_size), stats
+    cached, missing = cache.lookup(unique)
+    if missing:
+        todo = [unique[i] for i in missing]
+        fresh = encode_raw(encoder, todo, batch_size)
+        cache.add(todo, fresh)
+        if cached is None or cached.shape[1] != fresh.shape[1]:
+            cached = np.zeros((len(unique), fresh.shape[1]), dtype=np.float32) if cached is None else cached
+            if cached.shape[1] != fresh.shape[1]:
+                raise ValueError("cached embeddings have a different dimension than the encoder's output")
+        cached[missing] = fresh
+    stats.update(cache_hits=len(unique) - len(missing), encoded=len(missing))
+    return index, cached, stats
+
+
+def gather(index: dict[str, int], emb: np.ndarray, sentences: list[str]) -> np.ndarray:
+    return emb[np.fromiter((index[s] for s in sentences), dtype=np.int64, count=len(sentences))]
+
+
+EncodeFn = Callable[[list[str]], np.ndarray]

@@ -1,0 +1,89 @@
+"""Unsupervised STS scoring: cosine of the two embeddings against the gold score, no regressor.
+
+The headline number for STS12-16 is Spearman over all subsets pooled ("all"), which is what SimCSE and MixCSE
+report. Older baselines averaged per-subset correlations weighted by subset size ("wmean"); the two are not
+comparable, so both are stored under their own names.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+from scipy import stats
+
+from .data import PairSet
+
+
+def row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine; a zero vector gives 0, not NaN (SentEval's nan_to_num)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    a = np.nan_to_num(a)
+    b = np.nan_to_num(b)
+    num = np.einsum("ij,ij->i", a, b)
+    den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.nan_to_num(num / den)
+
+
+def _corr(fn, x: np.ndarray, y: np.ndarray) -> float:
+    if len(x) < 2:
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # constant input: the result is NaN, reported as such
+        value = fn(x, y)[0]
+    return float(value) * 100.0
+
+
+def spearman(x, y) -> float:
+    """Spearman x 100 (ties get average ranks)."""
+    return _corr(stats.spearmanr, np.asarray(x), np.asarray(y))
+
+
+def pearson(x, y) -> float:
+    return _corr(stats.pearsonr, np.asarray(x), np.asarray(y))
+
+
+def score_pairs(emb_a: np.ndarray, emb_b: np.ndarray, gold: np.ndarray) -> dict:
+    sys = row_cosine(emb_a, emb_b)
+    return {"spearman": spearman(sys, gold), "pearson": pearson(sys, gold), "n": int(len(gold))}
+
+
+def _weighted(values: list[float], weights: list[int]) -> float:
+    vals = np.asarray(values, dtype=np.float64)
+    if not len(vals) or not np.all(np.isfinite(vals)):
+        return float("nan")
+    return float(np.average(vals, weights=np.asarray(weights, dtype=np.float64)))
+
+
+def score_sts_task(subsets: dict[str, PairSet], embed) -> dict:
+    """Score one STS12-16 task. `embed(list[str]) -> matrix` looks up precomputed embeddings.
+
+    Returns {"spearman": all, "pearson": all, "all": {...}, "wmean": {...}, "mean": {...}, "subsets": {...}}."""
+    per, sys_all, gold_all = {}, [], []
+    for name, ps in subsets.items():
+        sys = row_cosine(embed(ps.a), embed(ps.b))
+        per[name] = {"spearman": spearman(sys, ps.scores), "pearson": pearson(sys, ps.scores), "n": len(ps)}
+        sys_all.append(sys)
+        gold_all.append(ps.scores)
+    sys_cat = np.concatenate(sys_all) if sys_all else np.zeros(0)
+    gold_cat = np.concatenate(gold_all) if gold_all else np.zeros(0)
+    n = [v["n"] for v in per.values()]
+    all_ = {"spearman": spearman(sys_cat, gold_cat), "pearson": pearson(sys_cat, gold_cat)}
+    return {
+        "spearman": all_["spearman"],  # headline: pooled over all subsets ("all")
+        "pearson": all_["pearson"],
+        "n": int(sum(n)),
+        "all": all_,
+        "wmean": {"spearman": _weighted([v["spearman"] for v in per.values()], n),
+                  "pearson": _weighted([v["pearson"] for v in per.values()], n)},
+        "mean": {"spearman": _weighted([v["spearman"] for v in per.values()], [1] * len(n)),
+                 "pearson": _weighted([v["pearson"] for v in per.values()], [1] * len(n))},
+        "subsets": per,
+    }
+
+
+def finite_mean(values) -> float:
+    vals = [float(v) for v in values]
+    return float(np.mean(vals)) if vals and all(math.isfinite(v) for v in vals) else float("nan")

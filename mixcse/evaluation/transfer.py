@@ -1,0 +1,78 @@
+"""SentEval transfer tasks: frozen embeddings, logistic-regression probe, test accuracy.
+
+MR/CR/SUBJ/MPQA: k-fold CV (L2 picked by inner k-fold CV); SST-2: L2 picked on dev; TREC and MRPC: L2 picked by
+k-fold CV on train, refit on train, scored on test. MRPC's features are [|u-v|, u*v]. Always the *test* number
+(MixCSE's released code printed the dev accuracy for these; that is not comparable).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import f1_score
+
+from . import data as D
+from .classifiers import SEED, dev_split, inner_kfold, kfold_then_test
+
+
+def load_task(data_dir: Path, task: str):
+    if task in ("MR", "CR", "SUBJ", "MPQA"):
+        return D.load_binary(data_dir, task)
+    if task == "SST2":
+        return D.load_sst2(data_dir)
+    if task == "TREC":
+        return D.load_trec(data_dir)
+    if task == "MRPC":
+        return D.load_mrpc(data_dir)
+    raise KeyError(task)
+
+
+def task_sentences(task: str, loaded) -> list[str]:
+    if task in ("MR", "CR", "SUBJ", "MPQA"):
+        return loaded.sentences
+    if task == "MRPC":
+        return [s for split in loaded.values() for s in split.sentences()]
+    return [s for split in loaded.values() for s in split.sentences]
+
+
+@contextmanager
+def single_threaded():
+    """One BLAS/torch thread for the probes: the matrices are small, and on a 2-core VM a second BLAS thread
+    made each lbfgs iteration ~10x slower (thread hand-off dominates the tiny matvecs)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_task(task: str, loaded, embed, clf, kfold: int, seed: int = SEED) -> dict:
+    """`embed(list[str]) -> float32 matrix` returns precomputed embeddings."""
+    with single_threaded():
+        if task in ("MR", "CR", "SUBJ", "MPQA"):
+            return inner_kfold(embed(loaded.sentences), loaded.labels, clf, kfold, seed)
+        if task == "SST2":
+            tr, dv, te = loaded["train"], loaded["dev"], loaded["test"]
+            return dev_split(embed(tr.sentences), tr.labels, embed(dv.sentences), dv.labels,
+                             embed(te.sentences), te.labels, clf)
+        if task == "TREC":
+            tr, te = loaded["train"], loaded["test"]
+            out, _ = kfold_then_test(embed(tr.sentences), tr.labels, embed(te.sentences), te.labels, clf, kfold,
+                                     seed)
+            return out
+        if task == "MRPC":
+            feats = {}
+            for split, ps in loaded.items():
+                a, b = embed(ps.a), embed(ps.b)
+                feats[split] = np.c_[np.abs(a - b), a * b]
+            ytr, yte = loaded["train"].scores, loaded["test"].scores
+            out, yhat = kfold_then_test(feats["train"], ytr, feats["test"], yte, clf, kfold, seed)
+            out["f1"] = round(100 * float(f1_score(yte, yhat)), 2)
+            return out
+    raise KeyError(task)

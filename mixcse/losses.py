@@ -1,0 +1,220 @@
+"""Contrastive objectives of SimCSE and MixCSE as pure functions of two views' embeddings.
+
+Notation (paper, Zhang et al. AAAI 2022): h_i and h'_i are the l2-normalised embeddings of sentence i under two
+dropout masks (view 1 and view 2); tau is the temperature; lambda the mixing coefficient.
+
+SimCSE (one direction, anchors from view 1):
+
+    L_i = -log  exp(h_i.h'_i / tau) / C_i,        C_i = sum_j exp(h_i.h'_j / tau)
+
+MixCSE adds, for every j != i, a mixed hard negative built from view 2 under stop-gradient (SG):
+
+    m'_ij = normalize(lambda h'_i + (1 - lambda) h'_j)
+    L_i   = -log  exp(h_i.h'_i / tau) / (C_i + sum_{j != i} exp(h_i.SG(m'_ij) / tau))
+
+and symmetrically with h'_i as the anchor and m_ij = normalize(lambda h_i + (1 - lambda) h_j); the loss is the mean
+of the two directions. The mixed logits are computed in closed form from N x N matrices, never materialising the
+N x N x d mixtures (``mixed_similarities``):
+
+    h_i.m'_ij = (lambda h_i.h'_i + (1 - lambda) h_i.h'_j) / ||lambda h'_i + (1 - lambda) h'_j||
+    ||.||^2   = lambda^2 + (1 - lambda)^2 + 2 lambda (1 - lambda) h'_i.h'_j
+
+Stop-gradient in closed form: the mixture is a constant, so gradients may reach h_i only; hence every factor that
+comes from view 2 (h'_i, h'_j and their Gram matrix) is detached, while h_i enters linearly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+MixGrad = Literal["stop", "through"]
+
+
+@dataclass(frozen=True)
+class ContrastiveObjective:
+    """What to optimise. ``lam=None`` is plain SimCSE; ``directions`` 1 anchors on view 1 only ("single").
+
+    ``mix_grad="through"`` lets gradients flow through the mixed negatives (the paper's "wo-sg" ablation).
+    ``lam_bound`` clips lambda per pair so that a mixed negative is never closer to its anchor than the anchor's
+    positive (the condition behind the paper's "selection of lambda" analysis).
+    ``formulation="released"`` reproduces the released code's loss instead of the paper's (see
+    ``released_mixcse_logits`` and docs/released-code.md).
+    """
+
+    lam: float | None = 0.2
+    temperature: float = 0.05
+    directions: int = 2
+    mix_grad: MixGrad = "stop"
+    lam_bound: bool = False
+    formulation: Literal["paper", "released"] = "paper"
+
+    def __post_init__(self) -> None:
+        if self.lam is not None and not 0.0 <= self.lam < 1.0:
+            raise ValueError(f"lam must be in [0, 1) or None, got {self.lam}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.directions not in (1, 2):
+            raise ValueError(f"directions must be 1 or 2, got {self.directions}")
+        if self.mix_grad not in ("stop", "through"):
+            raise ValueError(f"mix_grad must be 'stop' or 'through', got {self.mix_grad!r}")
+        if self.formulation not in ("paper", "released"):
+            raise ValueError(f"formulation must be 'paper' or 'released', got {self.formulation!r}")
+
+    @property
+    def mixes(self) -> bool:
+        return self.lam is not None
+
+
+PRESETS: dict[str, ContrastiveObjective] = {
+    "simcse": ContrastiveObjective(lam=None, directions=1),
+    "mixcse": ContrastiveObjective(lam=0.2, directions=2, mix_grad="stop"),
+    "mixcse-single": ContrastiveObjective(lam=0.2, directions=1, mix_grad="stop"),
+    "mixcse-wo-sg": ContrastiveObjective(lam=0.2, directions=2, mix_grad="through"),
+    "mixcse-bound": ContrastiveObjective(lam=0.2, directions=2, mix_grad="stop", lam_bound=True),
+    # The released code mixes one partner per anchor, unnormalised, in one direction; see docs/released-code.md.
+    "mixcse-released": ContrastiveObjective(lam=0.2, directions=1, mix_grad="stop", formulation="released"),
+}
+
+
+def objective_from_preset(name: str, **overrides) -> ContrastiveObjective:
+    """A preset with some fields replaced; ``None`` overrides are ignored so config defaults can pass through."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown loss {name!r}; choose one of {', '.join(PRESETS)}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return replace(PRESETS[name], **given)
+
+
+@dataclass
+class LossOutput:
+    """``loss`` is what to minimise; ``simcse_loss`` is the plain InfoNCE on the same similarities (detached) so
+    that ``loss - simcse_loss`` is what the mixed negatives add; ``stats`` are detached floats for logging:
+    mean positive, random-negative and mixed-negative cosine (the paper's Figure analysis)."""
+
+    loss: torch.Tensor
+    simcse_loss: torch.Tensor
+    stats: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def mixed_similarities(
+    anchor_pos: torch.Tensor, pos_gram: torch.Tensor, lam: float | torch.Tensor
+) -> torch.Tensor:
+    """h_i . normalize(lam h'_i + (1-lam) h'_j) for all i, j, from S = h.h'^T and G' = h'.h'^T (unit vectors).
+
+    ``lam`` may be a scalar or an N x N tensor of per-pair coefficients.
+    """
+    positive = anchor_pos.diagonal().unsqueeze(1)  # h_i . h'_i, broadcast over j
+    numerator = lam * positive + (1.0 - lam) * anchor_pos
+    squared_norm = lam**2 + (1.0 - lam) ** 2 + 2.0 * lam * (1.0 - lam) * pos_gram
+    return numerator / squared_norm.clamp_min(1e-12).sqrt()
+
+
+@torch.no_grad()
+def bounded_lambda(anchor_pos: torch.Tensor, pos_gram: torch.Tensor, lam: float, iters: int = 30) -> torch.Tensor:
+    """Per pair, the largest lambda' in [0, lam] with h_i.m'_ij(lambda') <= h_i.h'_i.
+
+    Along the arc from h'_j (lambda=0) to h'_i (lambda=1) the cosine to h_i is one sinusoid bump, so the set of
+    admissible lambda' is an interval [0, lambda*]; bisection finds lambda* without case analysis. Where even
+    h'_j alone is closer than the positive (h_i.h'_j > h_i.h'_i), no lambda' keeps the bound and lambda is left as is.
+    """
+    positive = anchor_pos.diagonal().unsqueeze(1)
+    ok_at_lam = mixed_similarities(anchor_pos, pos_gram, lam) <= positive
+    ok_at_lam |= anchor_pos > positive  # unsatisfiable: keep lambda
+    lo = torch.zeros_like(anchor_pos)
+    hi = torch.full_like(anchor_pos, lam)
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        ok = mixed_similarities(anchor_pos, pos_gram, mid) <= positive
+        lo = torch.where(ok, mid, lo)
+        hi = torch.where(ok, hi, mid)
+    return torch.where(ok_at_lam, torch.full_like(anchor_pos, lam), lo)
+
+
+def _one_direction(
+    anchors: torch.Tensor, positives: torch.Tensor, objective: ContrastiveObjective
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """Mean loss of anchors against (positives, in-batch negatives, mixed negatives built from ``positives``)."""
+    n = anchors.shape[0]
+    tau = objective.temperature
+    labels = torch.arange(n, device=anchors.device)
+    sim = anchors @ positives.T  # S_ij = h_i . h'_j
+    simcse_logits = sim / tau
+    simcse_loss = F.cross_entropy(simcse_logits, labels)
+    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=anchors.device)
+    stats = {"pos_cos": sim.diagonal().mean().detach(), "neg_cos": sim[off_diagonal].mean().detach()}
+    if not objective.mixes:
+        return simcse_loss, simcse_loss.detach(), stats
+
+    if objective.mix_grad == "stop":
+        mix_sim = anchors @ positives.detach().T  # gradients reach the anchor h_i only
+        pos_gram = (positives @ positives.T).detach()
+    else:
+        mix_sim, pos_gram = sim, positives @ positives.T
+    lam = objective.lam
+    if objective.lam_bound:
+        lam = bounded_lambda(sim.detach(), pos_gram.detach(), objective.lam)
+    mixed = mixed_similarities(mix_sim, pos_gram, lam)
+    # j = i would mix the positive with itself: not a negative, so it is removed from the denominator.
+    mixed_logits = (mixed / tau).masked_fill(~off_diagonal, float("-inf"))
+    loss = F.cross_entropy(torch.cat([simcse_logits, mixed_logits], dim=1), labels)
+    stats["mix_cos"] = mixed.detach()[off_diagonal].mean()
+    return loss, simcse_loss.detach(), stats
+
+
+def released_mixcse_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveObjective) -> LossOutput:
+    """What the released code (BDBC-KG-NLP/MixCSE_AAAI2022) computes, reproduced on purpose for comparison.
+
+    One mixing partner per sentence, the next row (k+ = k+1 mod N), mixing the *unnormalised* pooled vectors,
+    detached: m_k = lam z2_k + (1-lam) z2_{k+}, mt_k = lam z1_k + (1-lam) z1_{k+}. One N x 3N softmax per view-1
+    anchor over [S | A | B] with S_ik = cos(z1_i, z2_k), A_ik = cos(z1_i, m_k), B_ik = cos(mt_i, z2_k), all / tau;
+    A[i, i-1] and B[i, i+1] (mixes dominated by the positive) are set to logit 0 - kept in the denominator - not
+    removed. ``directions`` and ``mix_grad`` do not apply. docs/released-code.md lists the differences.
+    """
+    lam, tau = objective.lam or 0.0, objective.temperature
+    n = z1.shape[0]
+    labels = torch.arange(n, device=z1.device)
+    h1, h2 = F.normalize(z1, dim=-1), F.normalize(z2, dim=-1)
+    mix2 = F.normalize((lam * z2 + (1 - lam) * z2.roll(-1, dims=0)).detach(), dim=-1)
+    mix1 = F.normalize((lam * z1 + (1 - lam) * z1.roll(-1, dims=0)).detach(), dim=-1)
+    sim = h1 @ h2.T
+    block_a = (h1 @ mix2.T) / tau
+    block_b = (mix1 @ h2.T) / tau
+    eye = torch.eye(n, dtype=torch.bool, device=z1.device)
+    # A[i, i-1] and B[i, i+1] become logit 0 (no gradient), as in the released code.
+    logits = torch.cat([sim / tau, block_a.masked_fill(eye.roll(-1, dims=1), 0.0),
+                        block_b.masked_fill(eye.roll(1, dims=1), 0.0)], dim=1)
+    loss = F.cross_entropy(logits, labels)
+    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=z1.device)
+    stats = {"pos_cos": sim.diagonal().mean().detach(), "neg_cos": sim[off_diagonal].mean().detach(),
+             "mix_cos": (block_a.diagonal() * tau).mean().detach()}
+    return LossOutput(loss=loss, simcse_loss=F.cross_entropy(sim / tau, labels).detach(), stats=stats)
+
+
+def contrastive_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveObjective) -> LossOutput:
+    """Loss of a batch from its two views. z1, z2: (N, d) pooled embeddings, row i of each = sentence i.
+
+    Embeddings are l2-normalised here (cosine similarity); half-precision inputs are upcast so that cosines and the
+    softmax are computed in float32 whatever the autocast dtype (float64 inputs stay float64).
+    """
+    if z1.shape != z2.shape or z1.dim() != 2:
+        raise ValueError(f"expected two (N, d) views of equal shape, got {tuple(z1.shape)} and {tuple(z2.shape)}")
+    if z1.dtype in (torch.float16, torch.bfloat16):
+        z1, z2 = z1.float(), z2.float()
+    if objective.formulation == "released":
+        return released_mixcse_loss(z1, z2, objective)
+    h1, h2 = F.normalize(z1, dim=-1), F.normalize(z2, dim=-1)
+    loss, simcse, stats = _one_direction(h1, h2, objective)
+    if objective.directions == 2:
+        loss_b, simcse_b, stats_b = _one_direction(h2, h1, objective)
+        loss, simcse = (loss + loss_b) / 2, (simcse + simcse_b) / 2
+        stats = {k: (v + stats_b[k]) / 2 for k, v in stats.items()}
+    return LossOutput(loss=loss, simcse_loss=simcse, stats=stats)
+
+
+def limit_mixed_cosine(lam: float) -> float:
+    """Mixed-negative cosine when h_i.h'_i -> 1 and h_i.h'_j -> 0, h'_i.h'_j -> 0: lam / sqrt(lam^2 + (1-lam)^2)."""
+    return lam / math.sqrt(lam**2 + (1 - lam) ** 2)

@@ -1,0 +1,133 @@
+"""The encoder: any Hugging Face ``AutoModel`` backbone + a pooler (+ SimCSE's MLP head at train time)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .errors import MixCSEError
+from . import formats
+
+# cls: [CLS] + MLP head (SimCSE/MixCSE training pooler); cls_before_pooler: raw [CLS];
+# avg: mean of the last layer; avg_first_last: mean of (first transformer layer + last) / 2 - layer 1, not the
+# embedding output; avg_top2: mean of the last two layers.
+POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
+LAYER_POOLERS = {"avg_first_last": (1, -1), "avg_top2": (-2, -1)}
+
+
+class MLPHead(nn.Module):
+    """SimCSE's projection: dense + tanh on the [CLS] vector, randomly initialised, same width as the encoder."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(x))
+
+
+def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+
+
+class Encoder(nn.Module):
+    """Backbone + pooling. ``forward(batch, use_head)`` returns one vector per sentence.
+
+    With ``pooler="cls"`` and ``mlp_only_train=True`` (SimCSE's unsupervised setting) the MLP head is applied while
+    training and dropped at test time, so the test-time pooler is ``cls_before_pooler``.
+    """
+
+    def __init__(self, backbone: nn.Module, pooler: str, mlp_only_train: bool = True, head: MLPHead | None = None):
+        super().__init__()
+        if pooler not in POOLERS:
+            raise MixCSEError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLERS)}")
+        self.backbone = backbone
+        self.pooler = pooler
+        self.mlp_only_train = mlp_only_train
+        self.head = head if head is not None else (MLPHead(backbone.config.hidden_size) if pooler == "cls" else None)
+
+    @property
+    def test_pooler(self) -> str:
+        return "cls_before_pooler" if self.pooler == "cls" and self.mlp_only_train else self.pooler
+
+    @property
+    def hidden_size(self) -> int:
+        return self.backbone.config.hidden_size
+
+    def forward(self, batch: dict[str, torch.Tensor], use_head: bool | None = None) -> torch.Tensor:
+        """``use_head=None`` follows the mode: the head is used in training, and at test time unless mlp_only_train."""
+        if use_head is None:
+            use_head = self.pooler == "cls" and (self.training or not self.mlp_only_train)
+        layers = LAYER_POOLERS.get(self.pooler)
+        outputs = self.backbone(**batch, output_hidden_states=layers is not None, return_dict=True)
+        mask = batch["attention_mask"]
+        if self.pooler in ("cls", "cls_before_pooler"):
+            pooled = outputs.last_hidden_state[:, 0]
+        elif self.pooler == "avg":
+            pooled = masked_mean(outputs.last_hidden_state, mask)
+        else:
+            hs = outputs.hidden_states
+            pooled = masked_mean((hs[layers[0]] + hs[layers[1]]) / 2.0, mask)
+        if use_head and self.head is not None:
+            pooled = self.head(pooled)
+        return pooled
+
+    def save(self, directory: str | os.PathLike, tokenizer, *, max_seq_length: int | None = None) -> None:
+        """Write a directory loadable by ``AutoModel``, ``SentenceTransformer`` and ``load_encoder``."""
+        head = self.head if self.test_pooler == "cls" else None
+        formats.write_model_dir(
+            Path(directory), self.backbone, tokenizer, pooler=self.test_pooler, head=head,
+            max_seq_length=max_seq_length,
+        )
+
+
+def load_backbone(name_or_path: str, *, trust_remote_code: bool = False):
+    """AutoModel + AutoTokenizer from a hub name or a local directory, weights from safetensors only."""
+    import transformers
+    from transformers import AutoModel, AutoTokenizer
+
+    transformers.logging.set_verbosity_error()  # unused MLM-head weights are expected, not news
+    transformers.logging.disable_progress_bar()
+    looks_local = os.path.sep in name_or_path or name_or_path.startswith(".") or os.path.exists(name_or_path)
+    if looks_local and not os.path.isdir(name_or_path):
+        raise MixCSEError(f"model path does not exist: {name_or_path}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+        backbone = AutoModel.from_pretrained(
+            name_or_path, trust_remote_code=trust_remote_code, use_safetensors=True
+        )
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MixCSEError(f"cannot load model {name_or_path!r}: {first_line}") from None
+    return backbone, tokenizer
+
+
+def load_encoder(
+    name_or_path: str,
+    *,
+    pooler: str | None = None,
+    mlp_only_train: bool = True,
+    trust_remote_code: bool = False,
+) -> tuple[Encoder, object, dict]:
+    """An ``Encoder`` and its tokenizer from a mixcse/sentence-transformers directory or any HF model.
+
+    A sentence-transformers directory supplies its own pooler (and dense head); ``pooler`` overrides it. A plain HF
+    model defaults to ``cls_before_pooler``. Returns (encoder, tokenizer, info) where info holds what the directory
+    said (``pooler``, ``max_seq_length``).
+    """
+    info = formats.read_model_dir(name_or_path) if os.path.isdir(name_or_path) else formats.ModelDirInfo(name_or_path)
+    backbone, tokenizer = load_backbone(info.backbone_path, trust_remote_code=trust_remote_code)
+    chosen = pooler or info.pooler or "cls_before_pooler"
+    head = None
+    if chosen == "cls":
+        head = MLPHead(backbone.config.hidden_size)
+        if info.head_state is not None:
+            head.load_state_dict(info.head_state)
+            mlp_only_train = False if pooler is None else mlp_only_train  # a stored head is part of the test pooler
+    encoder = Encoder(backbone, chosen, mlp_only_train=mlp_only_train, head=head)
+    return encoder, tokenizer, {"pooler": chosen, "max_seq_length": info.max_seq_length}

@@ -1,0 +1,76 @@
+"""Shared fixtures: a tiny BERT built from a config (the paper's architecture) and a synthetic corpus."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+STAND_IN = SHARED / "models" / "mini-wiki-mlm"
+DOWNSTREAM = SHARED / "data" / "downstream"
+
+# Eight "topics" of twelve made-up words each; a sentence draws its words from two topics.
+TOPICS = [[f"t{t}w{w}" for w in range(12)] for t in range(8)]
+FILLER = ["the", "a", "of", "and", "in", "to"]
+
+
+def make_tiny_bert(directory: Path, *, vocab: list[str], layers: int = 2, hidden: int = 64,
+                   dropout: float = 0.1, seed: int = 0) -> Path:
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    directory.mkdir(parents=True, exist_ok=True)
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    (directory / "vocab.txt").write_text("\n".join(specials + vocab) + "\n")
+    tokenizer = BertTokenizerFast(vocab_file=str(directory / "vocab.txt"), do_lower_case=True)
+    tokenizer.save_pretrained(directory)
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(specials) + len(vocab), hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=128,
+                        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    BertModel(config).save_pretrained(directory, safe_serialization=True)
+    return directory
+
+
+def synthetic_sentence(rng: random.Random, topics: tuple[int, int], n_words: int = 8) -> str:
+    words = [rng.choice(TOPICS[topics[w % 2]]) for w in range(n_words)]
+    words.insert(rng.randrange(len(words)), rng.choice(FILLER))
+    return " ".join(words)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    vocab = FILLER + [w for topic in TOPICS for w in topic]
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), vocab=vocab)
+
+
+@pytest.fixture(scope="session")
+def synthetic_data(tmp_path_factory) -> dict[str, Path]:
+    """A corpus of two-topic sentences, and an STS-B-shaped dev set whose gold score is the topic overlap (0-2)."""
+    root = tmp_path_factory.mktemp("synthetic")
+    rng = random.Random(0)
+    pairs_of_topics = [(a, b) for a in range(8) for b in range(8) if a < b]
+    corpus = [synthetic_sentence(rng, rng.choice(pairs_of_topics)) for _ in range(4000)]
+    (root / "corpus.txt").write_text("\n".join(corpus) + "\n")
+    sts_dir = root / "downstream" / "STS" / "STSBenchmark"
+    sts_dir.mkdir(parents=True)
+    lines = []
+    for k in range(300):
+        t1 = rng.choice(pairs_of_topics)
+        overlap = k % 3
+        t2 = t1 if overlap == 2 else rng.choice([p for p in pairs_of_topics if len(set(p) & set(t1)) == overlap])
+        s1, s2 = synthetic_sentence(rng, t1), synthetic_sentence(rng, t2)
+        lines.append("\t".join(["main-captions", "MSRvid", "2012test", f"{k:04d}", f"{overlap * 2.5:.3f}", s1, s2]))
+    (sts_dir / "sts-dev.csv").write_text("\n".join(lines) + "\n")
+    (sts_dir / "sts-test.csv").write_text("\n".join(lines) + "\n")
+    return {"corpus": root / "corpus.txt", "data_dir": root / "downstream"}
+
+
+def needs_shared(path: Path):
+    return pytest.mark.skipif(not path.exists(), reason=f"{path} not present")

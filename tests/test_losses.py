@@ -1,0 +1,179 @@
+"""The closed-form losses against literal implementations of the paper's equations (float64, fixed seed)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mixcse.losses import (PRESETS, ContrastiveObjective, bounded_lambda, contrastive_loss, limit_mixed_cosine,
+                           mixed_similarities, objective_from_preset)
+
+
+def literal_direction(z_anchor, z_pos, lam, tau, stop_grad):
+    """Loop over anchors and builds every mixed vector m'_ij = normalize(lam h'_i + (1-lam) h'_j) explicitly."""
+    h = F.normalize(z_anchor, dim=-1)
+    hp = F.normalize(z_pos, dim=-1)
+    n = h.shape[0]
+    total = 0.0
+    for i in range(n):
+        terms = [h[i] @ hp[j] / tau for j in range(n)]
+        if lam is not None:
+            for j in range(n):
+                if j == i:
+                    continue
+                m = F.normalize(lam * hp[i] + (1 - lam) * hp[j], dim=0)
+                if stop_grad:
+                    m = m.detach()
+                terms.append(h[i] @ m / tau)
+        logits = torch.stack(terms)
+        total = total - (logits[i] - torch.logsumexp(logits, dim=0))
+    return total / n
+
+
+def literal_loss(z1, z2, lam, tau, directions, stop_grad):
+    loss = literal_direction(z1, z2, lam, tau, stop_grad)
+    if directions == 2:
+        loss = (loss + literal_direction(z2, z1, lam, tau, stop_grad)) / 2
+    return loss
+
+
+def views(n=7, d=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    z1 = torch.randn(n, d, dtype=torch.float64, generator=g)
+    z2 = z1 + 0.3 * torch.randn(n, d, dtype=torch.float64, generator=g)  # correlated, like two dropout views
+    return z1.requires_grad_(), z2.requires_grad_()
+
+
+def fast_loss(z1, z2, objective):
+    return contrastive_loss(z1, z2, objective).loss
+
+
+@pytest.mark.parametrize("preset", ["simcse", "mixcse", "mixcse-single", "mixcse-wo-sg"])
+@pytest.mark.parametrize("lam", [0.2, 0.5])
+def test_closed_form_equals_literal(preset, lam):
+    objective = objective_from_preset(preset, lam=None if preset == "simcse" else lam)
+    z1, z2 = views()
+    fast = fast_loss(z1, z2, objective)
+    g_fast = torch.autograd.grad(fast, (z1, z2))
+    ref = literal_loss(z1, z2, objective.lam, objective.temperature, objective.directions,
+                       objective.mix_grad == "stop")
+    g_ref = torch.autograd.grad(ref, (z1, z2))
+    assert abs(fast.item() - ref.item()) <= 1e-10
+    for a, b in zip(g_fast, g_ref):
+        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+
+
+def test_simcse_matches_cross_entropy_definition():
+    z1, z2 = views(seed=3)
+    h1, h2 = F.normalize(z1.float(), dim=-1), F.normalize(z2.float(), dim=-1)
+    expected = F.cross_entropy(h1 @ h2.T / 0.05, torch.arange(7))
+    assert torch.allclose(contrastive_loss(z1.float(), z2.float(), PRESETS["simcse"]).loss, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("anchor_view", [0, 1])
+def test_stop_gradient_sends_nothing_through_the_mixture(anchor_view):
+    """The mixed logits h_i.SG(m'_ij) as the loss computes them reach the anchor view only, in either direction."""
+    z = views(seed=1)
+    anchors, mixed_from = z[anchor_view], z[1 - anchor_view]
+    h, hm = F.normalize(anchors, dim=-1), F.normalize(mixed_from, dim=-1)
+    mixed_term = mixed_similarities(h @ hm.detach().T, (hm @ hm.T).detach(), 0.2).sum()
+    g_anchor, g_mix = torch.autograd.grad(mixed_term, (anchors, mixed_from), allow_unused=True)
+    assert g_mix is None and g_anchor.abs().max() > 0
+    # In the whole loss the gradient into the mixed-from view is exactly that of the literal SG loss, and differs
+    # from the no-SG ("wo-sg") gradient: the mixture's own path is cut.
+    z1, z2 = z
+    sg = torch.autograd.grad(contrastive_loss(z1, z2, PRESETS["mixcse-single"]).loss, z2)[0]
+    ref = torch.autograd.grad(literal_loss(z1, z2, 0.2, 0.05, 1, stop_grad=True), z2)[0]
+    through = torch.autograd.grad(literal_loss(z1, z2, 0.2, 0.05, 1, stop_grad=False), z2)[0]
+    assert torch.allclose(sg, ref, atol=1e-10)
+    assert (through - ref).abs().max() > 1e-4
+
+
+def test_mixed_logit_limit_claim():
+    """h_i.h'_i -> 1, h_i.h'_j -> 0, h'_i.h'_j -> 0 gives h_i.m'_ij -> lam / sqrt(lam^2 + (1-lam)^2)."""
+    d = 4096
+    g = torch.Generator().manual_seed(0)
+    h = F.normalize(torch.randn(32, d, dtype=torch.float64, generator=g), dim=-1)
+    hp = F.normalize(h + 1e-4 * torch.randn(32, d, dtype=torch.float64, generator=g), dim=-1)
+    mixed = mixed_similarities(h @ hp.T, hp @ hp.T, 0.2)
+    off = ~torch.eye(32, dtype=torch.bool)
+    target = limit_mixed_cosine(0.2)
+    assert math.isclose(target, 0.2 / math.sqrt(0.04 + 0.64))
+    assert (mixed[off] - target).abs().max() < 0.05  # random high-dimensional vectors are nearly orthogonal
+    assert mixed[off].mean().item() == pytest.approx(target, abs=5e-3)
+    assert (h @ hp.T)[off].abs().mean() < 0.05  # while the random negatives themselves carry ~0
+
+
+def test_lam_bound_keeps_mixed_negatives_below_the_positive():
+    z1, z2 = views(n=32, d=6, seed=2)
+    h1, h2 = F.normalize(z1.detach(), dim=-1), F.normalize(z2.detach(), dim=-1)
+    s, gram = h1 @ h2.T, h2 @ h2.T
+    lam = bounded_lambda(s, gram, 0.5)
+    pos = s.diagonal().unsqueeze(1)
+    satisfiable = s <= pos
+    mixed = mixed_similarities(s, gram, lam)
+    assert (mixed[satisfiable] <= pos.expand_as(s)[satisfiable] + 1e-9).all()
+    assert (lam <= 0.5).all() and (lam >= 0).all()
+    # lambda* is the largest admissible value: a brute-force grid never finds a larger one.
+    grid = torch.linspace(0, 0.5, 501, dtype=torch.float64)
+    for i, j in [(0, 1), (3, 7), (10, 2), (5, 30)]:
+        if not satisfiable[i, j]:
+            continue
+        ok = [g.item() for g in grid if mixed_similarities(s, gram, g)[i, j] <= s[i, i] + 1e-12]
+        assert lam[i, j].item() >= max(ok) - 1e-3
+    # Unconstrained pairs keep lambda unchanged, and the bounded preset runs end to end.
+    assert torch.isclose(lam[~satisfiable], torch.tensor(0.5, dtype=torch.float64)).all()
+    assert torch.isfinite(contrastive_loss(z1, z2, PRESETS["mixcse-bound"]).loss)
+
+
+def literal_released(z1, z2, lam, tau):
+    """The released code's loss, written from its description in docs/released-code.md as plain loops."""
+    n = z1.shape[0]
+    total = 0.0
+    cos = lambda a, b: F.cosine_similarity(a, b, dim=0)  # noqa: E731
+    m2 = [(lam * z2[k] + (1 - lam) * z2[(k + 1) % n]).detach() for k in range(n)]
+    m1 = [(lam * z1[k] + (1 - lam) * z1[(k + 1) % n]).detach() for k in range(n)]
+    for i in range(n):
+        s = [cos(z1[i], z2[k]) / tau for k in range(n)]
+        a = [cos(z1[i], m2[k]) / tau * (0.0 if k == (i - 1) % n else 1.0) for k in range(n)]
+        b = [cos(m1[i], z2[k]) / tau * (0.0 if k == (i + 1) % n else 1.0) for k in range(n)]
+        logits = torch.stack(s + a + b)
+        total = total - (logits[i] - torch.logsumexp(logits, 0))
+    return total / n
+
+
+def test_released_formulation_matches_its_description():
+    z1, z2 = views(n=6, d=4, seed=4)
+    obj = PRESETS["mixcse-released"]
+    fast = fast_loss(z1, z2, obj)
+    ref = literal_released(z1, z2, obj.lam, obj.temperature)
+    assert abs(fast.item() - ref.item()) < 1e-10
+    for a, b in zip(torch.autograd.grad(fast, (z1, z2)), torch.autograd.grad(ref, (z1, z2))):
+        assert torch.allclose(a, b, atol=1e-10)
+
+
+def test_mixing_keeps_the_gradient_alive_when_negatives_are_orthogonal():
+    """The paper's motivation: once negatives are ~orthogonal SimCSE's gradient vanishes, MixCSE's does not."""
+    d = 512
+    g = torch.Generator().manual_seed(0)
+    base = F.normalize(torch.randn(16, d, generator=g), dim=-1)
+    z1 = base.clone().requires_grad_()
+    z2 = (base + 1e-3 * torch.randn(16, d, generator=g)).requires_grad_()
+    g_simcse = torch.autograd.grad(contrastive_loss(z1, z2, PRESETS["simcse"]).loss, z1)[0].norm()
+    g_mixcse = torch.autograd.grad(contrastive_loss(z1, z2, PRESETS["mixcse-single"]).loss, z1)[0].norm()
+    assert g_mixcse > 10 * g_simcse
+
+
+def test_objective_validation():
+    with pytest.raises(ValueError):
+        ContrastiveObjective(lam=1.0)
+    with pytest.raises(ValueError):
+        ContrastiveObjective(directions=3)
+    with pytest.raises(ValueError):
+        ContrastiveObjective(mix_grad="sometimes")
+    with pytest.raises(ValueError):
+        objective_from_preset("mixcse-v2")
+    with pytest.raises(ValueError):
+        contrastive_loss(torch.zeros(3, 2), torch.zeros(4, 2), PRESETS["mixcse"])
+    assert objective_from_preset("mixcse", lam=None).lam == 0.2  # None means "keep the preset's value"
