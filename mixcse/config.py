@@ -114,6 +114,11 @@ def _coerce(name: str, value, annotation):
             return value
         if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if kind is float and isinstance(value, str):  # YAML 1.1 reads "3e-5" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if kind is str and isinstance(value, str):
             return value
     return _fail_type(name, value, allowed)

@@ -5,11 +5,15 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .model import Encoder, load_encoder
+
+if TYPE_CHECKING:
+    from .search import SearchHit
 
 
 def _fingerprint(name_or_path: str, pooler: str) -> str:
@@ -82,6 +86,31 @@ class SentenceEncoder:
         return out
 
     __call__ = encode
+
+    def search(self, queries: str | list[str], corpus: list[str] | np.ndarray, top_k: int = 5, *,
+               batch_size: int = 64, backend: str = "auto") -> list[list["SearchHit"]]:
+        """The ``top_k`` corpus entries closest to each query by cosine similarity, best first.
+
+        ``queries``: a sentence or a list of them. ``corpus``: a list of sentences (encoded here) or an (n, d)
+        array of this encoder's embeddings (from ``encode`` or ``mixcse encode``). Returns one list of
+        ``SearchHit(index, score, sentence)`` per query; ``sentence`` is None when the corpus was given as an array.
+        Exact search, with faiss when installed (``backend="auto"``), else numpy.
+        """
+        from .search import SearchHit, top_k_cosine
+
+        queries = [queries] if isinstance(queries, str) else list(queries)
+        if not queries:
+            return []
+        sentences = None
+        if isinstance(corpus, np.ndarray):
+            corpus_emb = corpus
+        else:
+            sentences = list(corpus)
+            corpus_emb = self.encode(sentences, batch_size=batch_size)
+        scores, indices = top_k_cosine(self.encode(queries, batch_size=batch_size), corpus_emb, top_k,
+                                       backend=backend)
+        return [[SearchHit(int(i), float(s), sentences[i] if sentences is not None else None)
+                 for s, i in zip(row_s, row_i)] for row_s, row_i in zip(scores, indices)]
 
     @staticmethod
     def similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:

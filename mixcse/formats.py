@@ -75,6 +75,11 @@ def read_model_dir(path: str | os.PathLike) -> ModelDirInfo:
             st_cfg = sub / "sentence_bert_config.json"
             if st_cfg.exists():
                 info.max_seq_length = _read_json(st_cfg).get("max_seq_length")
+            if info.max_seq_length is None and (sub / "tokenizer_config.json").exists():
+                # sentence-transformers 6 saves max_seq_length as the tokenizer's model_max_length
+                limit = _read_json(sub / "tokenizer_config.json").get("model_max_length")
+                if isinstance(limit, int) and 0 < limit < 1_000_000:  # not the "no limit" sentinel
+                    info.max_seq_length = limit
         elif kind.endswith(".Pooling") and kind != LAYER_POOLING:
             info.pooler = _pooler_from_st_config(_read_json(sub / "config.json"))
         elif kind == LAYER_POOLING:
@@ -83,6 +88,14 @@ def read_model_dir(path: str | os.PathLike) -> ModelDirInfo:
         elif kind.endswith(".Dense"):
             from safetensors.torch import load_file
 
+            # Only SimCSE's MLP head (square dense + tanh on [CLS]) has a mixcse equivalent; any other Dense
+            # (e.g. a projection after mean pooling) would silently give other embeddings.
+            dense = _read_json(sub / "config.json")
+            if (info.pooler != "cls_before_pooler" or not str(dense.get("activation_function")).endswith(".Tanh")
+                    or dense.get("in_features") != dense.get("out_features") or not dense.get("bias", True)
+                    or dense.get("use_residual") or not (sub / "model.safetensors").exists()):
+                raise MixCSEError(f"{modules_file}: unsupported Dense module {dense}; mixcse supports a Dense only "
+                                  f"as the MLP head (in = out, tanh, bias, safetensors) after cls pooling")
             state = load_file(str(sub / "model.safetensors"))
             info.head_state = {"dense.weight": state["linear.weight"], "dense.bias": state["linear.bias"]}
             info.pooler = "cls"
@@ -143,6 +156,8 @@ def write_model_dir(
         st_config = {"transformer_task": "feature-extraction",
                      "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
                      "module_output_name": "token_embeddings"}
+        if pooler in LAYER_POOLER_LAYERS:  # LayerAveragePooling reads every layer: ask the Transformer module for them
+            st_config["config_kwargs"] = {"output_hidden_states": True}
         if max_seq_length:
             st_config["max_seq_length"] = max_seq_length
         _write_json(tmp / "sentence_bert_config.json", st_config)

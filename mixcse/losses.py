@@ -134,21 +134,14 @@ def bounded_lambda(anchor_pos: torch.Tensor, pos_gram: torch.Tensor, lam: float,
     return torch.where(ok_at_lam, torch.full_like(anchor_pos, lam), lo)
 
 
-def _one_direction(
-    anchors: torch.Tensor, positives: torch.Tensor, objective: ContrastiveObjective
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """Mean loss of anchors against (positives, in-batch negatives, mixed negatives built from ``positives``)."""
-    n = anchors.shape[0]
-    tau = objective.temperature
-    labels = torch.arange(n, device=anchors.device)
-    sim = anchors @ positives.T  # S_ij = h_i . h'_j
-    simcse_logits = sim / tau
-    simcse_loss = F.cross_entropy(simcse_logits, labels)
-    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=anchors.device)
-    stats = {"pos_cos": sim.diagonal().mean().detach(), "neg_cos": sim[off_diagonal].mean().detach()}
-    if not objective.mixes:
-        return simcse_loss, simcse_loss.detach(), stats
+def _mixed_logits(
+    anchors: torch.Tensor, positives: torch.Tensor, sim: torch.Tensor, off_diagonal: torch.Tensor,
+    objective: ContrastiveObjective,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mixed-negative logits h_i.m'_ij / tau (j = i removed) and their mean cosine (detached, for logging).
 
+    A function of its own so that its N x N temporaries are freed on return, before the caller's softmax.
+    """
     if objective.mix_grad == "stop":
         mix_sim = anchors @ positives.detach().T  # gradients reach the anchor h_i only
         pos_gram = (positives @ positives.T).detach()
@@ -158,11 +151,32 @@ def _one_direction(
     if objective.lam_bound:
         lam = bounded_lambda(sim.detach(), pos_gram.detach(), objective.lam)
     mixed = mixed_similarities(mix_sim, pos_gram, lam)
+    mix_cos = mixed.detach().masked_select(off_diagonal).mean()
     # j = i would mix the positive with itself: not a negative, so it is removed from the denominator.
-    mixed_logits = (mixed / tau).masked_fill(~off_diagonal, float("-inf"))
+    return (mixed / objective.temperature).masked_fill(~off_diagonal, float("-inf")), mix_cos
+
+
+def _one_direction(
+    anchors: torch.Tensor, positives: torch.Tensor, objective: ContrastiveObjective
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """Mean loss of anchors against (positives, in-batch negatives, mixed negatives built from ``positives``)."""
+    n = anchors.shape[0]
+    tau = objective.temperature
+    labels = torch.arange(n, device=anchors.device)
+    sim = anchors @ positives.T  # S_ij = h_i . h'_j
+    simcse_logits = sim / tau
+    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=anchors.device)
+    # masked_select rather than sim[off_diagonal]: the same values without boolean indexing's N^2 int64 indices.
+    stats = {"pos_cos": sim.diagonal().mean().detach(), "neg_cos": sim.detach().masked_select(off_diagonal).mean()}
+    if not objective.mixes:
+        simcse_loss = F.cross_entropy(simcse_logits, labels)
+        return simcse_loss, simcse_loss.detach(), stats
+
+    with torch.no_grad():  # logged only: no graph, so no saved N x N softmax for it
+        simcse_loss = F.cross_entropy(simcse_logits, labels)
+    mixed_logits, stats["mix_cos"] = _mixed_logits(anchors, positives, sim, off_diagonal, objective)
     loss = F.cross_entropy(torch.cat([simcse_logits, mixed_logits], dim=1), labels)
-    stats["mix_cos"] = mixed.detach()[off_diagonal].mean()
-    return loss, simcse_loss.detach(), stats
+    return loss, simcse_loss, stats
 
 
 def released_mixcse_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveObjective) -> LossOutput:

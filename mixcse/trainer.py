@@ -240,7 +240,9 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         encoder.train()
         if score is None:
             return False
-        improved = state["best_dev"] is None or score > state["best_dev"]
+        # A NaN score (e.g. constant embeddings) never wins against a real one.
+        rank_of = lambda x: -math.inf if x is None or math.isnan(x) else x  # noqa: E731
+        improved = state["best_step"] is None or rank_of(score) > rank_of(state["best_dev"])
         if improved:
             state.update(best_dev=score, best_step=step, bad_evals=0)
             save_best(step)

@@ -23,12 +23,13 @@ FILLER = ["the", "a", "of", "and", "in", "to"]
 def make_tiny_bert(directory: Path, *, vocab: list[str], layers: int = 2, hidden: int = 64,
                    dropout: float = 0.1, seed: int = 0) -> Path:
     import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import BertConfig, BertModel, BertTokenizer
 
     directory.mkdir(parents=True, exist_ok=True)
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     (directory / "vocab.txt").write_text("\n".join(specials + vocab) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(directory / "vocab.txt"), do_lower_case=True)
+    tokens = specials + vocab
+    tokenizer = BertTokenizer(vocab={tok: i for i, tok in enumerate(tokens)}, do_lower_case=True)
     tokenizer.save_pretrained(directory)
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(specials) + len(vocab), hidden_size=hidden, num_hidden_layers=layers,
@@ -50,26 +51,34 @@ def tiny_bert(tmp_path_factory) -> Path:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), vocab=vocab)
 
 
-@pytest.fixture(scope="session")
-def synthetic_data(tmp_path_factory) -> dict[str, Path]:
-    """A corpus of two-topic sentences, and an STS-B-shaped dev set whose gold score is the topic overlap (0-2)."""
-    root = tmp_path_factory.mktemp("synthetic")
+def write_synthetic_data(root: Path) -> dict[str, Path]:
+    """A corpus of two-topic sentences and an STS-B-shaped dev set with a known answer that word overlap cannot
+    give away: the gold score is the number of topics two sentences share (0, 1, 2 -> 0, 2.5, 5), and the second
+    sentence never reuses a word of the first. An untrained encoder scores ~0; one that learnt the corpus's
+    co-occurrence structure scores well above."""
     rng = random.Random(0)
     pairs_of_topics = [(a, b) for a in range(8) for b in range(8) if a < b]
     corpus = [synthetic_sentence(rng, rng.choice(pairs_of_topics)) for _ in range(4000)]
     (root / "corpus.txt").write_text("\n".join(corpus) + "\n")
     sts_dir = root / "downstream" / "STS" / "STSBenchmark"
-    sts_dir.mkdir(parents=True)
+    sts_dir.mkdir(parents=True, exist_ok=True)
     lines = []
     for k in range(300):
         t1 = rng.choice(pairs_of_topics)
         overlap = k % 3
         t2 = t1 if overlap == 2 else rng.choice([p for p in pairs_of_topics if len(set(p) & set(t1)) == overlap])
-        s1, s2 = synthetic_sentence(rng, t1), synthetic_sentence(rng, t2)
+        s1 = synthetic_sentence(rng, t1)
+        unused = [[w for w in TOPICS[t] if w not in s1.split()] for t in t2]
+        s2 = " ".join(rng.choice(unused[i % 2]) for i in range(8))
         lines.append("\t".join(["main-captions", "MSRvid", "2012test", f"{k:04d}", f"{overlap * 2.5:.3f}", s1, s2]))
     (sts_dir / "sts-dev.csv").write_text("\n".join(lines) + "\n")
     (sts_dir / "sts-test.csv").write_text("\n".join(lines) + "\n")
     return {"corpus": root / "corpus.txt", "data_dir": root / "downstream"}
+
+
+@pytest.fixture(scope="session")
+def synthetic_data(tmp_path_factory) -> dict[str, Path]:
+    return write_synthetic_data(tmp_path_factory.mktemp("synthetic"))
 
 
 def needs_shared(path: Path):

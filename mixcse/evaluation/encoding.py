@@ -109,8 +109,9 @@ class EmbeddingCache:
                 continue
             s = len(self._shards)
             self._shards.append(emb)
-            for row, k in enumerate(keys.tobytes()[i:i + 16] for i in range(0, keys.size * 16, 16)):
-                self._index.setdefault(k, (s, row))
+            raw = np.ascontiguousarray(keys, dtype=np.uint8).tobytes()
+            for row in range(len(keys)):
+                self._index.setdefault(raw[16 * row:16 * row + 16], (s, row))
 
     def lookup(self, sentences: list[str]) -> tuple[np.ndarray | None, list[int]]:
         """Rows for the cached sentences (None if nothing cached) and the positions still missing."""

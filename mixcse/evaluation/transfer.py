@@ -6,14 +6,13 @@ k-fold CV on train, refit on train, scored on test. MRPC's features are [|u-v|, 
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import f1_score
 
 from . import data as D
-from .classifiers import SEED, dev_split, inner_kfold, kfold_then_test
+from .classifiers import SEED, dev_split, inner_kfold, kfold_then_test, single_threaded
 
 
 def load_task(data_dir: Path, task: str):
@@ -34,22 +33,6 @@ def task_sentences(task: str, loaded) -> list[str]:
     if task == "MRPC":
         return [s for split in loaded.values() for s in split.sentences()]
     return [s for split in loaded.values() for s in split.sentences]
-
-
-@contextmanager
-def single_threaded():
-    """One BLAS/torch thread for the probes: the matrices are small, and on a 2-core VM a second BLAS thread
-    made each lbfgs iteration ~10x slower (thread hand-off dominates the tiny matvecs)."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(1):
-            yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def run_task(task: str, loaded, embed, clf, kfold: int, seed: int = SEED) -> dict:

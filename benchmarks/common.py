@@ -1,0 +1,151 @@
+"""Shared helpers of the benchmarks: paths, machine description, interleaved timing, CPU peak memory, results."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+STAND_IN = SHARED / "models" / "mini-wiki-mlm"
+CORPUS = SHARED / "data" / "corpus" / "wiki_sentences.txt.gz"
+DOWNSTREAM = SHARED / "data" / "downstream"
+RESULTS = REPO / "benchmarks" / "results"
+
+if str(REPO) not in sys.path:  # run as `python benchmarks/x.py` from anywhere
+    sys.path.insert(0, str(REPO))
+
+
+def cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info() -> dict:
+    import torch
+
+    info = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "load_average_at_start": os.getloadavg()}
+    try:
+        from mixcse.trainer import cpu_supports_bf16
+
+        info["cpu_bf16"] = cpu_supports_bf16()
+    except ImportError:
+        pass
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def read_corpus(n: int, *, skip: int = 0, path: Path = CORPUS) -> list[str]:
+    """The first ``n`` non-blank lines after ``skip`` of the shared corpus (read lazily: no full decompression)."""
+    out: list[str] = []
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            if skip:
+                skip -= 1
+                continue
+            out.append(line)
+            if len(out) >= n:
+                break
+    if len(out) < n:
+        raise SystemExit(f"{path} has fewer than {n} sentences")
+    return out
+
+
+def interleaved(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 1,
+                timer: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+    """Time each function ``repeats`` times, alternating between them (order reversed every round so that a
+    drifting machine load does not favour one side); ``warmup`` untimed rounds first. Returns seconds per call."""
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            t0 = timer()
+            fns[name]()
+            times[name].append(timer() - t0)
+    return times
+
+
+def paired_ratios(num: list[float], den: list[float]) -> list[float]:
+    """Per-round ratios num[i] / den[i] of two interleaved series (robust to load that drifts between rounds)."""
+    return [a / b for a, b in zip(num, den)]
+
+
+def summarise(xs: list[float]) -> dict:
+    xs = sorted(xs)
+    q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0], xs[0], xs[0]]
+    return {"median": statistics.median(xs), "q1": q[0], "q3": q[2], "min": xs[0], "max": xs[-1], "n": len(xs)}
+
+
+def peak_cpu_bytes(fn: Callable[[], object]) -> tuple[int, object]:
+    """Peak bytes of torch CPU-allocator memory that ``fn`` holds above what was live when it started.
+
+    Uses torch.profiler(profile_memory=True): every allocation and free through the c10 CPU allocator is an event
+    with a signed size and a timestamp; the peak of their running sum, in time order, is the high-water mark.
+    (Memory outside the torch allocator, e.g. oneDNN scratch space, is not seen; it is small and equal for both
+    sides.) Timings taken under the profiler are not used.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+              and str(e.device_type()).endswith("CPU")]
+    events.sort(key=lambda e: e.start_ns())
+    current = peak = 0
+    for e in events:
+        current += e.nbytes()
+        peak = max(peak, current)
+    return peak, result
+
+
+def check_peak_meter() -> float:
+    """Self-test of ``peak_cpu_bytes``: 100 MB then 50 MB held together, then freed -> 150 MB. Returns MB."""
+    import torch
+
+    def f():
+        a = torch.ones(25_000_000)
+        b = torch.ones(12_500_000)
+        del a
+        c = torch.ones(5_000_000)
+        del b, c
+
+    peak, _ = peak_cpu_bytes(f)
+    if abs(peak - 150_000_000) > 1_000_000:
+        raise RuntimeError(f"peak-memory meter self-test failed: {peak} bytes instead of 150e6")
+    return peak / 1e6
+
+
+def write_result(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    record = {"benchmark": name, "command": " ".join([Path(sys.executable).name] + sys.argv),
+              "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine_info(), **payload}
+    path.write_text(json.dumps(record, indent=2, default=float) + "\n")
+    print(f"wrote {path.relative_to(REPO)}")
+    return path

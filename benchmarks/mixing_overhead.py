@@ -1,0 +1,191 @@
+"""Does mixing cost anything? (issue 4, item 1)
+
+Part 1, training step: one process, the stand-in backbone with the recipe's pooler (cls + MLP head), one batch of
+64 corpus sentences (max length 32, two dropout views = 128 rows), 2 threads. A SimCSE step and a MixCSE step
+(forward + loss + backward + AdamW step + zero_grad) alternate on the same model, optimizer and batch; the figure is
+the median over rounds of the per-round time ratio MixCSE / SimCSE (target <= 1.05).
+
+Part 2, the loss alone at N = 64 ... 1024, d = 768, forward + backward: ``mixcse.losses.contrastive_loss`` with the
+``mixcse`` preset (closed-form mixed logits, N x N matrices only) against ``materialised_mixcse_loss`` below, which
+builds the N x N x d mixtures explicitly. Both compute the same loss (checked here: loss and gradients agree).
+Time is interleaved; peak memory is the high-water mark of torch's CPU allocator during forward + backward, read
+from torch.profiler's memory events (``benchmarks/common.py: peak_cpu_bytes``; self-tested on known allocations).
+
+    python benchmarks/mixing_overhead.py            # ~10 min on 2 busy cores
+    python benchmarks/mixing_overhead.py --quick    # ~1 min: 2 step rounds, N = 1024 memory only
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import common  # noqa: F401  (paths, sys.path)
+from common import STAND_IN, check_peak_meter, interleaved, paired_ratios, peak_cpu_bytes, read_corpus, summarise, \
+    write_result
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def materialised_mixcse_loss(z1: torch.Tensor, z2: torch.Tensor, lam: float = 0.2, tau: float = 0.05) -> torch.Tensor:
+    """The paper's MixCSE loss (both directions, stop-gradient on the mixtures) with the mixtures materialised.
+
+    m'_ij = normalize(lam h'_i + (1 - lam) h'_j) is built as an (N, N, d) tensor; the mixed logit is h_i . m'_ij.
+    Written to be as lean as a materialising implementation can be without chunking: mixtures built under no_grad
+    (they are constants), normalised in place, contracted with a batched mat-vec (no copy), so the reference's
+    peak is about one (N, N, d) tensor per direction (both are kept for backward).
+    """
+    h1, h2 = F.normalize(z1, dim=-1), F.normalize(z2, dim=-1)
+    n = h1.shape[0]
+    labels = torch.arange(n)
+    eye = torch.eye(n, dtype=torch.bool)
+
+    def one_direction(anchors: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
+        sim = anchors @ positives.T
+        with torch.no_grad():
+            p = positives.detach()
+            mix = lam * p.unsqueeze(1) + (1.0 - lam) * p.unsqueeze(0)  # mix[i, j] = lam h'_i + (1 - lam) h'_j
+            mix.div_(torch.linalg.vector_norm(mix, dim=-1, keepdim=True).clamp_min_(1e-12))
+        mixed = (mix @ anchors.unsqueeze(-1)).squeeze(-1)  # mixed[i, j] = h_i . m'_ij
+        mixed = mixed.masked_fill(eye, float("-inf"))  # j = i is the positive mixed with itself: not a negative
+        return F.cross_entropy(torch.cat([sim / tau, mixed / tau], dim=1), labels)
+
+    return (one_direction(h1, h2) + one_direction(h2, h1)) / 2
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Part 1: the training step
+
+
+def step_benchmark(rounds: int, warmup: int, threads: int) -> dict:
+    from mixcse.data import TokenizedCorpus
+    from mixcse.losses import PRESETS, contrastive_loss
+    from mixcse.model import load_encoder
+    from mixcse.trainer import optimizer_groups
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    encoder, tokenizer, _ = load_encoder(str(STAND_IN), pooler="cls")
+    encoder.train()
+    sentences = read_corpus(64)
+    one_view = TokenizedCorpus(sentences, tokenizer, 32).batch(np.arange(64))
+    batch = {k: torch.cat([v, v]) for k, v in one_view.items()}
+    optimizer = torch.optim.AdamW(optimizer_groups(encoder, 0.0), lr=3e-5)
+
+    def step(objective):
+        def run():
+            pooled = encoder(batch)
+            out = contrastive_loss(pooled[:64], pooled[64:], objective)
+            out.loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return run
+
+    times = interleaved({"simcse": step(PRESETS["simcse"]), "mixcse": step(PRESETS["mixcse"])},
+                        repeats=rounds, warmup=warmup)
+    ratios = paired_ratios(times["mixcse"], times["simcse"])
+    return {"batch_shape": list(batch["input_ids"].shape), "threads": threads, "rounds": rounds,
+            "simcse_step_s": summarise(times["simcse"]), "mixcse_step_s": summarise(times["mixcse"]),
+            "ratio": summarise(ratios), "raw": {**times, "ratio": ratios}}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Part 2: the loss alone
+
+
+def loss_benchmark(sizes: list[int], dim: int, repeats: int, threads: int, time_max_n: int) -> dict:
+    from mixcse.losses import PRESETS, contrastive_loss
+
+    torch.set_num_threads(threads)
+    objective = PRESETS["mixcse"]
+    out = {}
+    for n in sizes:
+        g = torch.Generator().manual_seed(n)
+        base1, base2 = torch.randn(n, dim, generator=g), torch.randn(n, dim, generator=g)
+        z2_noise = base1 + 0.3 * base2  # correlated views, as two dropout passes are
+
+        # The inputs (the encoder's pooled outputs in training) exist before the loss: created outside the
+        # measured region; their gradients, allocated by backward, are counted.
+        z1, z2 = base1.clone().requires_grad_(), z2_noise.clone().requires_grad_()
+
+        def closed_form():
+            z1.grad = z2.grad = None
+            loss = contrastive_loss(z1, z2, objective).loss
+            loss.backward()
+            return loss.detach(), z1.grad, z2.grad
+
+        def materialised():
+            z1.grad = z2.grad = None
+            loss = materialised_mixcse_loss(z1, z2, objective.lam, objective.temperature)
+            loss.backward()
+            return loss.detach(), z1.grad, z2.grad
+
+        peak_closed, res_c = peak_cpu_bytes(closed_form)
+        peak_mat, res_m = peak_cpu_bytes(materialised)
+        loss_err = abs(res_c[0].item() - res_m[0].item()) / abs(res_m[0].item())
+        grad_err = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(res_c[1:], res_m[1:]))
+        if loss_err > 1e-5 or grad_err > 1e-4:
+            raise SystemExit(f"N={n}: closed form and materialised reference disagree "
+                             f"(loss rel err {loss_err:.2e}, grad rel err {grad_err:.2e})")
+        del res_c, res_m
+        r = out[str(n)] = {
+            "closed_form_peak_mb": peak_closed / 1e6, "materialised_peak_mb": peak_mat / 1e6,
+            "memory_ratio": peak_mat / peak_closed, "loss_rel_err": loss_err, "grad_rel_err": grad_err}
+        timing = "not timed (--quick)"
+        if n <= time_max_n:
+            times = interleaved({"closed_form": closed_form, "materialised": materialised}, repeats=repeats,
+                                warmup=1)
+            r.update(closed_form_s=summarise(times["closed_form"]), materialised_s=summarise(times["materialised"]),
+                     time_ratio_materialised_over_closed=summarise(paired_ratios(times["materialised"],
+                                                                                 times["closed_form"])),
+                     raw=times)
+            timing = (f"time {r['closed_form_s']['median'] * 1e3:.1f} vs {r['materialised_s']['median'] * 1e3:.1f} ms"
+                      f" (x{r['time_ratio_materialised_over_closed']['median']:.1f})")
+        print(f"  N={n:5d}  peak {r['closed_form_peak_mb']:7.1f} MB closed form vs {r['materialised_peak_mb']:7.1f} MB "
+              f"materialised (x{r['memory_ratio']:.0f}); {timing}; loss rel err {loss_err:.1e}, "
+              f"grad rel err {grad_err:.1e}", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="few rounds (< 1 minute)")
+    parser.add_argument("--threads", type=int, default=2, help="threads of the training-step part (default 2)")
+    parser.add_argument("--loss-threads", type=int, default=1,
+                        help="threads of the loss-alone part (default 1: its small N x N kernels are dominated by "
+                             "thread wake-ups on a shared machine, which would hide the difference)")
+    parser.add_argument("--rounds", type=int, help="step rounds (default 20, quick 3)")
+    parser.add_argument("--no-write", action="store_true", help="do not write benchmarks/results/mixing_overhead.json")
+    args = parser.parse_args()
+    rounds = args.rounds or (2 if args.quick else 20)
+    sizes = [64, 256, 1024] if args.quick else [64, 128, 256, 512, 1024]
+    loss_repeats = 2 if args.quick else 5
+    t0 = time.perf_counter()
+
+    meter_mb = check_peak_meter()
+    print(f"peak-memory meter self-test: {meter_mb:.1f} MB measured for 150.0 MB held")
+    print(f"loss alone, mixcse preset, d=768, forward+backward, {loss_repeats} interleaved repeats, "
+          f"{args.loss_threads} thread(s):")
+    loss = loss_benchmark(sizes, 768, loss_repeats, args.loss_threads, 256 if args.quick else max(sizes))
+    print(f"training step, batch 64 x 2 views, length 32, {args.threads} threads, {rounds} rounds:", flush=True)
+    step = step_benchmark(rounds, 1, args.threads)
+    ratio = step["ratio"]["median"]
+    print(f"  SimCSE step {step['simcse_step_s']['median']:.3f} s, MixCSE step {step['mixcse_step_s']['median']:.3f} s"
+          f" (medians of {rounds}); MixCSE/SimCSE per-round ratio median {ratio:.3f} "
+          f"[IQR {step['ratio']['q1']:.3f}-{step['ratio']['q3']:.3f}]  target <= 1.05: "
+          f"{'met' if ratio <= 1.05 else 'NOT met'}")
+    mem = loss["1024"]["memory_ratio"]
+    print(f"  memory ratio at N=1024: x{mem:.0f}  target >= 100: {'met' if mem >= 100 else 'NOT met'}")
+    if not args.no_write:
+        write_result("mixing_overhead", {
+            "mode": "quick" if args.quick else "default", "step_time_ratio": ratio,
+            "memory_ratio_n1024": mem, "targets": {"step_time_ratio_max": 1.05, "memory_ratio_n1024_min": 100},
+            "memory_method": "torch.profiler(profile_memory=True) allocator events, running-sum peak",
+            "peak_meter_selftest_mb": meter_mb, "loss_threads": args.loss_threads, "step": step, "loss": loss,
+            "wall_s": time.perf_counter() - t0})
+
+
+if __name__ == "__main__":
+    main()

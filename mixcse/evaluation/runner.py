@@ -1,0 +1,253 @@
+"""`evaluate()`: load every requested task, encode all distinct sentences once, then score.
+
+Encoding dominates SentEval's wall time for STS (each pair list is encoded as it comes, duplicates and all);
+here it is one deduplicated pass, so the STS suite costs little more than encoding ~20k distinct sentences.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from . import analysis as A
+from . import data as D
+from . import sts as S
+from . import transfer as T
+from .classifiers import SEED, make_classifier
+from .encoding import describe_encoder, encode_raw, encode_unique, encoder_fingerprint, gather, resolve_encoder
+
+GROUPS = {"sts": D.STS_TASKS, "transfer": D.TRANSFER_TASKS, "analysis": ("analysis",)}
+ALL_TASKS = D.STS_TASKS + D.TRANSFER_TASKS + ("analysis",)
+_ALIASES = {"sts-b": "STSBenchmark", "stsb": "STSBenchmark", "stsbenchmark": "STSBenchmark",
+            "sick-r": "SICKRelatedness", "sickr": "SICKRelatedness", "sick": "SICKRelatedness",
+            "sickrelatedness": "SICKRelatedness", "sst": "SST2", "sst-2": "SST2", "sst2": "SST2"}
+LABELS = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SST2": "SST-2"}
+KFOLD = {"test": 10, "fasttest": 5}
+
+
+def expand_tasks(tasks: str | Iterable[str]) -> list[str]:
+    """'all' | group names | task names (comma-separated or a sequence) -> task names in canonical order."""
+    if isinstance(tasks, str):
+        tasks = [t for t in tasks.split(",")]
+    wanted: set[str] = set()
+    canon = {t.lower(): t for t in ALL_TASKS}
+    for raw in tasks:
+        t = raw.strip()
+        if not t:
+            continue
+        key = t.lower()
+        if key == "all":
+            wanted.update(ALL_TASKS)
+        elif key in GROUPS:
+            wanted.update(GROUPS[key])
+        elif key in canon:
+            wanted.add(canon[key])
+        elif key in _ALIASES:
+            wanted.add(_ALIASES[key])
+        else:
+            raise ValueError(f"unknown task {t!r}; choose from all, sts, transfer, analysis, "
+                             f"{', '.join(ALL_TASKS[:-1])}")
+    if not wanted:
+        raise ValueError("no tasks given")
+    return [t for t in ALL_TASKS if t in wanted]
+
+
+def _load(data_dir: Path, task: str):
+    if task in D.STS_SUBSETS:
+        return D.load_sts(data_dir, task)
+    if task == "STSBenchmark":
+        return D.load_stsb(data_dir, "test")
+    if task == "SICKRelatedness":
+        return D.load_sick(data_dir, "test_annotated")
+    if task == "analysis":
+        return {split: D.load_stsb(data_dir, split) for split in A.ANALYSIS_SPLITS}
+    return T.load_task(data_dir, task)
+
+
+def _sentences(task: str, loaded) -> list[str]:
+    if task in D.STS_SUBSETS or task == "analysis":
+        return [s for ps in loaded.values() for s in ps.sentences()]
+    if task in ("STSBenchmark", "SICKRelatedness"):
+        return loaded.sentences()
+    return T.task_sentences(task, loaded)
+
+
+def _versions() -> dict:
+    import scipy
+    import sklearn
+
+    out = {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
+           "scikit-learn": sklearn.__version__}
+    if "torch" in sys.modules:
+        out["torch"] = sys.modules["torch"].__version__
+    return out
+
+
+def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "analysis"), data_dir=None,
+             mode: str = "test", classifier: str = "sklearn", cache_dir=None, batch_size: int = 64, *,
+             pooler: str | None = None, verbose: bool = True) -> dict:
+    """Run the SentEval protocol (see the package docstring) and return the results dict (x100 scale).
+
+    `encoder`: an object with `.encode(list[str], batch_size=...)`, a callable `list[str] -> array`, or a
+    model path (loaded with `SentenceEncoder.load(path, pooler=pooler)`)."""
+    if mode not in KFOLD:
+        raise ValueError(f"mode must be 'test' or 'fasttest', not {mode!r}")
+    clf = make_classifier(classifier, mode)
+    names = expand_tasks(tasks)
+    encoder = resolve_encoder(encoder, pooler=pooler)
+    ddir = D.resolve_data_dir(data_dir)
+    log = (lambda msg: print(f"[mixcse eval] {msg}", file=sys.stderr, flush=True)) if verbose else (lambda m: None)
+    seconds: dict[str, float] = {}
+    t_total = time.perf_counter()
+
+    t0 = time.perf_counter()
+    loaded = {t: _load(ddir, t) for t in names}
+    seconds["load_data"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    index, emb, enc_stats = encode_unique(encoder, (s for t in names for s in _sentences(t, loaded[t])),
+                                          batch_size=batch_size, cache_dir=cache_dir)
+    seconds["encode"] = time.perf_counter() - t0
+    log(f"encoded {enc_stats['encoded']} of {enc_stats['distinct_sentences']} distinct sentences "
+        f"({enc_stats['cache_hits']} from cache) in {seconds['encode']:.1f} s")
+
+    def embed(sentences: list[str]) -> np.ndarray:
+        return gather(index, emb, sentences)
+
+    results: dict[str, Any] = {}
+    kfold = KFOLD[mode]
+    for task in names:
+        t0 = time.perf_counter()
+        if task in D.STS_SUBSETS:
+            results.setdefault("sts", {})[task] = S.score_sts_task(loaded[task], embed)
+        elif task in ("STSBenchmark", "SICKRelatedness"):
+            ps = loaded[task]
+            results.setdefault("sts", {})[task] = S.score_pairs(embed(ps.a), embed(ps.b), ps.scores)
+        elif task == "analysis":
+            results["analysis"] = A.analyse(loaded[task], embed)
+        else:
+            results.setdefault("transfer", {})[task] = T.run_task(task, loaded[task], embed, clf, kfold, SEED)
+        seconds[task] = time.perf_counter() - t0
+        log(f"{task}: {seconds[task]:.2f} s")
+
+    if "sts" in results:
+        results["sts"]["avg"] = S.finite_mean(results["sts"][t]["spearman"] for t in D.STS_TASKS
+                                              if t in results["sts"])
+    if "transfer" in results:
+        results["transfer"]["avg"] = S.finite_mean(results["transfer"][t]["acc"] for t in D.TRANSFER_TASKS
+                                                   if t in results["transfer"])
+    seconds["total"] = time.perf_counter() - t_total
+    log(f"total: {seconds['total']:.1f} s")
+    results["settings"] = {
+        "tasks": names,
+        "mode": mode,
+        "kfold": kfold,
+        "seed": SEED,
+        "classifier": clf.settings(),
+        "data_dir": str(ddir.resolve()),
+        "encoder": describe_encoder(encoder),
+        "fingerprint": encoder_fingerprint(encoder),
+        "batch_size": batch_size,
+        "cache_dir": str(cache_dir) if cache_dir is not None else None,
+        "encoding": enc_stats,
+        "scale": "x100",
+        "sts": {"similarity": "cosine", "regressor": None,
+                "headline": "spearman = Spearman over all subsets pooled ('all'); 'wmean' = per-subset "
+                            "Spearman averaged weighted by subset size; 'mean' = unweighted",
+                "stsb_split": "test", "sick_split": "test_annotated", "blank_gold_lines": "skipped"},
+        "transfer": {"reported": "test accuracy", "mrpc_features": "[|u-v|, u*v]",
+                     "protocols": {"MR/CR/SUBJ/MPQA": f"{kfold}-fold stratified CV, L2 picked by inner "
+                                                      f"{kfold}-fold CV on each training split",
+                                   "SST2": "L2 picked on dev, test accuracy",
+                                   "TREC/MRPC": f"L2 picked by {kfold}-fold CV on train, refit on train"}},
+        "analysis": {"stsb_splits": list(A.ANALYSIS_SPLITS), "positive_threshold": A.POSITIVE_THRESHOLD,
+                     "t": A.T, "normalised": True, "angles": "degrees, over all pairs of distinct sentences"},
+        "seconds": {k: round(v, 3) for k, v in seconds.items()},
+        "versions": _versions(),
+    }
+    return results
+
+
+# --------------------------------------------------------------------------------------------------- tables
+def _fmt(v) -> str:
+    return "--" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.2f}"
+
+
+def _row(cols: list[str], vals: list[str], label: str | None) -> list[str]:
+    head = (["Model"] if label is not None else []) + cols
+    body = ([label] if label is not None else []) + vals
+    return ["| " + " | ".join(head) + " |", "|" + "|".join("-" * (len(h) + 2) for h in head) + "|",
+            "| " + " | ".join(body) + " |"]
+
+
+def format_tables(results: dict, label: str | None = None) -> str:
+    """Paper-style markdown: one STS row (Spearman x100, 'all' for STS12-16) and one transfer row (test acc)."""
+    lines: list[str] = []
+    settings = results.get("settings", {})
+    if "sts" in results:
+        tasks = [t for t in D.STS_TASKS if t in results["sts"]]
+        lines.append("STS: Spearman x100 of cosine similarity ('all' aggregation for STS12-16)")
+        lines += _row([LABELS.get(t, t) for t in tasks] + ["Avg."],
+                      [_fmt(results["sts"][t]["spearman"]) for t in tasks] + [_fmt(results["sts"].get("avg"))],
+                      label)
+    if "transfer" in results:
+        tasks = [t for t in D.TRANSFER_TASKS if t in results["transfer"]]
+        clf = settings.get("classifier", {}).get("classifier", "?")
+        lines += ([""] if lines else []) + [
+            f"Transfer: test accuracy x100 (logistic regression, classifier={clf}, mode={settings.get('mode', '?')})"]
+        lines += _row([LABELS.get(t, t) for t in tasks] + ["Avg."],
+                      [_fmt(results["transfer"][t]["acc"]) for t in tasks] + [_fmt(results["transfer"].get("avg"))],
+                      label)
+        if "MRPC" in results["transfer"]:
+            lines.append(f"(MRPC F1: {_fmt(results['transfer']['MRPC'].get('f1'))})")
+    if "analysis" in results:
+        a = results["analysis"]
+        lines += ([""] if lines else []) + [
+            "Analysis (STS-B dev+test, normalised): "
+            f"alignment {a['alignment']:.4f}, uniformity {a['uniformity']:.4f}, "
+            f"max angle {a['max_angle']:.2f} deg, mean angle {a['mean_angle']:.2f} deg"]
+    secs = settings.get("seconds")
+    if secs:
+        lines += ["", "Wall time (s): " + ", ".join(f"{k} {v:.1f}" for k, v in secs.items())]
+    return "\n".join(lines)
+
+
+def to_jsonable(obj):
+    """NaN/inf -> None and numpy scalars -> Python, so the JSON is strict."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+# ------------------------------------------------------------------------------------------ trainer hook
+@functools.lru_cache(maxsize=8)
+def _stsb_dev(path: str, mtime_ns: int):
+    ps = D.load_stsb(Path(path), "dev")
+    unique = list(dict.fromkeys(ps.a + ps.b))
+    pos = {s: i for i, s in enumerate(unique)}
+    ia = np.asarray([pos[s] for s in ps.a], dtype=np.int64)
+    ib = np.asarray([pos[s] for s in ps.b], dtype=np.int64)
+    return unique, ia, ib, ps.scores
+
+
+def stsb_dev_spearman(encode_fn, data_dir=None, batch_size: int = 64) -> float:
+    """STS-B dev Spearman x100 for checkpoint selection; the parsed file is cached per process."""
+    ddir = D.resolve_data_dir(data_dir)
+    f = ddir / "STS" / "STSBenchmark" / "sts-dev.csv"
+    if not f.is_file():
+        raise D.DataError(f"{f}: file not found")
+    unique, ia, ib, gold = _stsb_dev(str(ddir.resolve()), f.stat().st_mtime_ns)
+    emb = encode_raw(encode_fn, unique, batch_size)
+    return S.spearman(S.row_cosine(emb[ia], emb[ib]), gold)

@@ -1,0 +1,231 @@
+"""``mixcse encode`` and ``mixcse search``: embeddings of a file of sentences, and exact cosine search over one.
+
+Input files hold one sentence per line (plain text or .gz, UTF-8); blank lines are skipped, so row i of the
+embeddings is the i-th non-blank line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .errors import MixCSEError
+from .model import POOLERS
+
+OUTPUT_FORMATS = (".npy", ".safetensors")
+SAFETENSORS_KEY = "embeddings"
+
+
+# ----------------------------------------------------------------------------------------------- files
+def read_lines(path: str | os.PathLike, what: str = "input") -> tuple[list[str], int]:
+    """(non-blank stripped lines, number of blank lines skipped); MixCSEError for a missing or empty file."""
+    path = Path(path)
+    if not path.is_file():
+        raise MixCSEError(f"{what} file not found: {path}")
+    opener = gzip.open if path.suffix == ".gz" else open
+    lines: list[str] = []
+    blank = 0
+    try:
+        with opener(path, "rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("utf-8").strip()
+                except UnicodeDecodeError:
+                    raise MixCSEError(f"{path}:{lineno}: not UTF-8 text") from None
+                if "\0" in line:
+                    raise MixCSEError(f"{path}:{lineno}: not a text file (NUL byte)")
+                if line:
+                    lines.append(line)
+                else:
+                    blank += 1
+    except (OSError, EOFError) as exc:
+        raise MixCSEError(f"cannot read {what} file {path}: {exc}") from None
+    if not lines:
+        raise MixCSEError(f"{what} file has no sentences (it is empty or blank): {path}")
+    return lines, blank
+
+
+def check_output_path(path: str | os.PathLike, overwrite: bool) -> Path:
+    path = Path(path)
+    if path.suffix not in OUTPUT_FORMATS:
+        raise MixCSEError(f"--output must end in {' or '.join(OUTPUT_FORMATS)}, got {path.name!r}")
+    if path.is_dir():
+        raise MixCSEError(f"--output is a directory: {path}")
+    if path.exists() and not overwrite:
+        raise MixCSEError(f"output {path} exists; pass --overwrite to replace it")
+    return path
+
+
+def save_embeddings(path: Path, embeddings: np.ndarray, metadata: dict[str, str] | None = None) -> None:
+    """.npy or .safetensors (one tensor named ``embeddings``), written to a temp file then moved into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+        if path.suffix == ".npy":
+            with open(tmp, "wb") as fh:
+                np.save(fh, embeddings)
+        else:
+            from safetensors.numpy import save_file
+
+            save_file({SAFETENSORS_KEY: embeddings}, tmp, metadata=metadata)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_embeddings(path: str | os.PathLike) -> np.ndarray:
+    path = Path(path)
+    if not path.is_file():
+        raise MixCSEError(f"embeddings file not found: {path}")
+    try:
+        if path.suffix == ".npy":
+            arr = np.load(path, allow_pickle=False)
+        elif path.suffix == ".safetensors":
+            from safetensors.numpy import load_file
+
+            tensors = load_file(str(path))
+            if SAFETENSORS_KEY in tensors:
+                arr = tensors[SAFETENSORS_KEY]
+            elif len(tensors) == 1:
+                arr = next(iter(tensors.values()))
+            else:
+                raise MixCSEError(f"{path} holds several tensors and none is named {SAFETENSORS_KEY!r}")
+        else:
+            raise MixCSEError(f"embeddings must be a .npy or .safetensors file, got {path.name!r}")
+    except (OSError, ValueError) as exc:
+        raise MixCSEError(f"cannot read embeddings {path}: {str(exc).splitlines()[0] if str(exc) else exc}") \
+            from None
+    if arr.ndim != 2:
+        raise MixCSEError(f"{path}: expected a 2-D array of embeddings, got shape {arr.shape}")
+    return arr
+
+
+# --------------------------------------------------------------------------------------------- commands
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _add_model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="mixcse or sentence-transformers directory, or any Hugging Face model")
+    p.add_argument("--pooler", choices=POOLERS, default=None,
+                   help="override the model's pooler (default: the directory's own; cls_before_pooler for a plain "
+                        "HF model)")
+    p.add_argument("--batch-size", type=_positive_int, default=64, help="sentences per forward pass (default 64)")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code from the model dir")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal anyway)")
+
+
+def add_encode_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Embed a file of sentences (one a line; blank lines skipped) with length-sorted batches; row i "
+                     "of the output is the i-th sentence of the input.")
+    _add_model_arguments(p)
+    p.add_argument("--input", required=True, metavar="FILE", help="sentences, one a line (.txt or .gz)")
+    p.add_argument("--output", required=True, metavar="OUT",
+                   help="emb.npy or emb.safetensors (tensor 'embeddings', float32)")
+    p.add_argument("--normalize", action="store_true", help="l2-normalise the embeddings")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+
+
+def add_search_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Exact cosine search: the top-k sentences of a corpus for each query (faiss IndexFlatIP when "
+                     "installed, else numpy).")
+    _add_model_arguments(p)
+    p.add_argument("--corpus", required=True, metavar="FILE", help="sentences, one a line (.txt or .gz)")
+    p.add_argument("--query", required=True, action="append", metavar="TEXT",
+                   help="the query sentence; repeat for several")
+    p.add_argument("--top-k", type=_positive_int, default=5, help="results per query (default 5)")
+    p.add_argument("--corpus-embeddings", metavar="EMB", default=None,
+                   help="embeddings of --corpus from 'mixcse encode' with the same model (skips encoding it)")
+    p.add_argument("--backend", choices=("auto", "numpy", "faiss"), default="auto",
+                   help="search backend (default auto: faiss if importable)")
+
+
+def _device(name: str | None) -> str:
+    if name:
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _load(args: argparse.Namespace):
+    from .encoder import SentenceEncoder
+
+    try:
+        return SentenceEncoder.load(args.model, pooler=args.pooler, device=_device(args.device),
+                                    trust_remote_code=args.trust_remote_code)
+    except RuntimeError as exc:  # e.g. an unknown or unavailable torch device
+        raise MixCSEError(f"cannot load model {args.model!r}: {str(exc).splitlines()[0]}") from None
+
+
+def _show_progress(args: argparse.Namespace) -> bool:
+    return not args.no_progress and sys.stderr.isatty()
+
+
+def run_encode(args: argparse.Namespace) -> int:
+    # Every check on the user's files comes before the (slow) model load.
+    output = check_output_path(args.output, args.overwrite)
+    sentences, blank = read_lines(args.input, "input")
+    encoder = _load(args)
+    start = time.perf_counter()
+    embeddings = encoder.encode(sentences, batch_size=args.batch_size, show_progress=_show_progress(args))
+    seconds = time.perf_counter() - start
+    if args.normalize:
+        from .search import normalize_rows
+
+        embeddings = normalize_rows(embeddings)
+    save_embeddings(output, embeddings, metadata={"model": str(args.model), "pooler": encoder.pooler,
+                                                   "normalized": str(bool(args.normalize)).lower(),
+                                                   "rows": str(len(sentences))})
+    if blank:
+        print(f"note: skipped {blank} blank line{'s' if blank != 1 else ''} of {args.input}", file=sys.stderr)
+    print(f"wrote {embeddings.shape[0]} x {embeddings.shape[1]} embeddings (pooler {encoder.pooler}) to {output} "
+          f"in {seconds:.1f}s ({len(sentences) / max(seconds, 1e-9):.0f} sentences/s)")
+    return 0
+
+
+def run_search(args: argparse.Namespace) -> int:
+    from .search import resolve_backend, top_k_cosine
+
+    backend = resolve_backend(args.backend)
+    sentences, _ = read_lines(args.corpus, "corpus")
+    stored = load_embeddings(args.corpus_embeddings) if args.corpus_embeddings else None
+    if stored is not None and stored.shape[0] != len(sentences):
+        raise MixCSEError(f"--corpus-embeddings has {stored.shape[0]} rows but --corpus has {len(sentences)} "
+                          f"sentences")
+    queries = [q for q in args.query]
+    if not all(q.strip() for q in queries):
+        raise MixCSEError("--query must not be empty")
+    encoder = _load(args)
+    show = _show_progress(args)
+    corpus = stored if stored is not None else encoder.encode(sentences, batch_size=args.batch_size,
+                                                              show_progress=show)
+    if corpus.shape[1] != encoder.encoder.hidden_size:
+        raise MixCSEError(f"--corpus-embeddings have {corpus.shape[1]} dimensions, the model "
+                          f"{encoder.encoder.hidden_size}")
+    scores, indices = top_k_cosine(encoder.encode(queries, batch_size=args.batch_size), corpus, args.top_k,
+                                   backend=backend)
+    for n, query in enumerate(queries):
+        if n:
+            print()
+        print(f"query: {query}")
+        for rank, (score, index) in enumerate(zip(scores[n], indices[n]), 1):
+            print(f"{rank:>3}  {score:.4f}  {sentences[index]}")
+    return 0

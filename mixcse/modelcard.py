@@ -1,0 +1,383 @@
+"""``README.md`` model cards for mixcse model directories, in the layout sentence-transformers gives its own cards.
+
+``write_model_card`` is called by the trainer on ``output_dir/best``; ``update_model_card_with_eval`` rewrites the
+card of a trained model with an STS / transfer table. The card's inputs are kept in the directory's
+``mixcse.json`` (keys ``training``, ``summary``, ``eval``) so that the card can be rewritten later.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CARD_FILE = "README.md"
+RECORD_FILE = "mixcse.json"
+MODEL_PLACEHOLDER = "path/to/model"
+
+STS_ORDER = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+TRANSFER_ORDER = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+LABELS = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SST2": "SST-2"}
+
+POOLER_TEXT = {
+    "cls_before_pooler": "the last layer's [CLS] vector",
+    "cls": "the last layer's [CLS] vector through the MLP head (dense + tanh, in `2_Dense/`)",
+    "avg": "the mean of the last layer's token vectors",
+    "avg_first_last": "the mean over tokens of the average of the first and the last transformer layer",
+    "avg_top2": "the mean over tokens of the average of the last two transformer layers",
+}
+LAYER_POOLERS = {"avg_first_last": (1, -1), "avg_top2": (-2, -1)}
+
+MIXCSE_BIBTEX = """@inproceedings{zhang2022mixcse,
+    title={Unsupervised Sentence Representation via Contrastive Learning with Mixing Negatives},
+    author={Zhang, Yanzhao and Zhang, Richong and Mensah, Samuel and Liu, Xudong and Mao, Yongyi},
+    booktitle={Proceedings of the AAAI Conference on Artificial Intelligence},
+    volume={36},
+    year={2022}
+}"""
+SIMCSE_BIBTEX = """@inproceedings{gao2021simcse,
+    title={{SimCSE}: Simple Contrastive Learning of Sentence Embeddings},
+    author={Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},
+    booktitle={Empirical Methods in Natural Language Processing (EMNLP)},
+    year={2021}
+}"""
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 1) == 0:  # numpy / torch scalars
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _num(value, digits: int = 2) -> str:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "--"
+    return f"{value:.{digits}f}"
+
+
+def _is_hub_id(name: str) -> bool:
+    """'bert-base-uncased', 'org/model': a Hub id, not a path on this machine."""
+    return bool(re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", name)) and not os.path.exists(name) \
+        and not name.endswith((".", "/"))
+
+
+def _model_name(best_dir: Path) -> str:
+    best_dir = best_dir.resolve()
+    return best_dir.parent.name if best_dir.name == "best" and best_dir.parent.name else best_dir.name
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    rule = "|" + "|".join(":---:" if i else ":---" for i in range(len(header))) + "|"
+    lines = ["| " + " | ".join(header) + " |", rule]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _ordered(results: dict, canonical: tuple[str, ...]) -> list[str]:
+    keys = [k for k in canonical if k in results]
+    extra = [k for k in results if k not in keys and k not in ("avg", "settings") and isinstance(results[k], dict)]
+    return keys + extra
+
+
+def _describe_modules(best_dir: Path) -> tuple[str | None, int | None]:
+    """('Transformer (BertModel) -> Pooling (cls) -> Dense (64 -> 64, tanh)', output dimension)."""
+    modules = _read_json(best_dir / "modules.json")
+    config = _read_json(best_dir / "config.json") or {}
+    if not isinstance(modules, list):
+        return None, config.get("hidden_size")
+    arch = (config.get("architectures") or [config.get("model_type", "?")])[0]
+    parts, dim = [], config.get("hidden_size")
+    for module in modules:
+        kind = module.get("type", "").rsplit(".", 1)[-1]
+        sub = _read_json(best_dir / module.get("path", "") / "config.json") or {}
+        if kind == "Transformer":
+            parts.append(f"Transformer ({arch})")
+        elif kind == "Pooling":
+            parts.append(f"Pooling ({sub.get('pooling_mode', '?')})")
+        elif kind == "LayerAveragePooling":
+            parts.append(f"LayerAveragePooling (layers {sub.get('layers')}, then mean)")
+        elif kind == "Dense":
+            act = str(sub.get("activation_function", "")).rsplit(".", 1)[-1].lower() or "identity"
+            parts.append(f"Dense ({sub.get('in_features')} -> {sub.get('out_features')}, {act})")
+            dim = sub.get("out_features", dim)
+        else:
+            parts.append(kind)
+    return " -> ".join(parts), dim
+
+
+# ------------------------------------------------------------------------------------------------ sections
+def _front_matter(base_model: str | None, loss: str | None, eval_results: dict | None) -> str:
+    tags = ["sentence-transformers", "sentence-similarity", "feature-extraction", "mixcse"]
+    tags.append("simcse" if loss == "simcse" else "contrastive-learning")
+    tags.append("unsupervised")
+    meta: dict[str, Any] = {"library_name": "sentence-transformers", "pipeline_tag": "sentence-similarity",
+                            "tags": tags}
+    if base_model and _is_hub_id(base_model):
+        meta["base_model"] = base_model
+    return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n"
+
+
+def _usage(pooler: str | None, model_id: str) -> list[str]:
+    layer = LAYER_POOLERS.get(pooler or "")
+    st_load = (f'model = SentenceTransformer("{model_id}", trust_remote_code=True)' if layer
+               else f'model = SentenceTransformer("{model_id}")')
+    lines = ["## Usage", "", "### Sentence Transformers", ""]
+    if layer:
+        lines += ["The pooling module of this model, `mixcse.integrations.st_modules.LayerAveragePooling`, comes from "
+                  "the `mixcse` package (`pip install 'mixcse[st]'`); sentence-transformers imports a module from "
+                  "outside its own package only with `trust_remote_code=True`.", ""]
+    else:
+        lines += ["```bash", "pip install -U sentence-transformers", "```", ""]
+    lines += ["```python", "from sentence_transformers import SentenceTransformer", "", st_load,
+              'sentences = ["A man is playing a guitar.", "Someone plays an instrument.", "The sky is blue."]',
+              "embeddings = model.encode(sentences)", "similarities = model.similarity(embeddings, embeddings)",
+              "print(embeddings.shape, similarities)", "```", "",
+              "### mixcse", "", "```python", "from mixcse import SentenceEncoder", "",
+              f'encoder = SentenceEncoder.load("{model_id}")',
+              'sentences = ["A man is playing a guitar.", "Someone plays an instrument.", "The sky is blue."]',
+              "embeddings = encoder.encode(sentences)",
+              "similarities = encoder.similarity(embeddings, embeddings)",
+              'hits = encoder.search("a person with a guitar", sentences, top_k=2)', "```", "",
+              "```bash", f"mixcse encode {model_id} --input sentences.txt --output embeddings.npy",
+              f'mixcse search {model_id} --corpus sentences.txt --query "a person with a guitar" --top-k 5', "```",
+              "", "### Transformers", "", "```python", "import torch",
+              "from transformers import AutoModel, AutoTokenizer"]
+    if pooler == "cls":
+        lines += ["from safetensors.torch import load_file"]
+    lines += ["", f'tokenizer = AutoTokenizer.from_pretrained("{model_id}")',
+              f'model = AutoModel.from_pretrained("{model_id}").eval()',
+              'sentences = ["A man is playing a guitar.", "Someone plays an instrument.", "The sky is blue."]',
+              'batch = tokenizer(sentences, padding=True, truncation=True, return_tensors="pt")',
+              "with torch.no_grad():",
+              "    out = model(**batch, output_hidden_states=True)" if layer else "    out = model(**batch)"]
+    if pooler in ("cls_before_pooler", "cls", None):
+        lines += ["embeddings = out.last_hidden_state[:, 0]"]
+        if pooler == "cls":
+            lines += ['head = load_file("' + model_id + '/2_Dense/model.safetensors")  # the MLP head',
+                      'embeddings = torch.tanh(embeddings @ head["linear.weight"].T + head["linear.bias"])']
+    else:
+        lines += ['mask = batch["attention_mask"].unsqueeze(-1).to(out.last_hidden_state.dtype)']
+        if layer:
+            lines += [f"tokens = (out.hidden_states[{layer[0]}] + out.hidden_states[{layer[1]}]) / 2"]
+        else:
+            lines += ["tokens = out.last_hidden_state"]
+        lines += ["embeddings = (tokens * mask).sum(1) / mask.sum(1)"]
+    lines += ["similarities = torch.nn.functional.cosine_similarity(embeddings[:, None], embeddings[None], dim=-1)",
+              "```", ""]
+    return lines
+
+
+def _eval_section(eval_results: dict) -> list[str]:
+    lines = ["## Evaluation", ""]
+    settings = eval_results.get("settings") or {}
+    sts = eval_results.get("sts")
+    if isinstance(sts, dict) and sts:
+        keys = _ordered(sts, STS_ORDER)
+        lines += ["STS: Spearman correlation x100 of cosine similarities (SentEval protocol, 'all' aggregation for "
+                  "STS12-16).", ""]
+        lines += _table([LABELS.get(k, k) for k in keys] + ["Avg."],
+                        [[_num(sts[k].get("spearman")) for k in keys] + [_num(sts.get("avg"))]])
+        lines.append("")
+    transfer = eval_results.get("transfer")
+    if isinstance(transfer, dict) and transfer:
+        keys = _ordered(transfer, TRANSFER_ORDER)
+        mode = settings.get("mode")
+        lines += ["Transfer: test accuracy x100 of a logistic regression on the frozen embeddings"
+                  + (f" (SentEval, mode {mode})." if mode else " (SentEval)."), ""]
+        lines += _table([LABELS.get(k, k) for k in keys] + ["Avg."],
+                        [[_num(transfer[k].get("acc")) for k in keys] + [_num(transfer.get("avg"))]])
+        lines.append("")
+    if len(lines) == 2:
+        lines += ["No STS or transfer results were recorded.", ""]
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------ public API
+def render_model_card(best_dir: Path, resolved: dict, summary: dict, eval_results: dict | None = None, *,
+                      model_id: str = MODEL_PLACEHOLDER) -> str:
+    """The text of the card; ``resolved`` is the trainer's resolved config (``{"config": ..., "objective": ...}``)."""
+    best_dir = Path(best_dir)
+    resolved, summary = resolved or {}, summary or {}
+    cfg = resolved.get("config") or {}
+    objective = resolved.get("objective") or {}
+    record = _read_json(best_dir / RECORD_FILE) or {}
+    pooler = summary.get("test_pooler") or (record.get("pooler") if isinstance(record, dict) else None)
+    base = cfg.get("model")
+    loss = cfg.get("loss")
+    name = _model_name(best_dir)
+    architecture, dim = _describe_modules(best_dir)
+
+    if base and _is_hub_id(base):
+        base_text = f"[{base}](https://huggingface.co/{base})"
+    elif base:
+        base_text = f"`{Path(base).name}` (a local model)"
+    else:
+        base_text = None
+
+    lines = [_front_matter(base, loss, eval_results), f"# {name}", ""]
+    recipe_name = {"simcse": "unsupervised SimCSE"}.get(loss or "", "MixCSE" if loss else None)
+    intro = "This is a [sentence-transformers](https://www.SBERT.net) model"
+    intro += f" trained from {base_text}" if base_text else ""
+    intro += f" with {recipe_name} (contrastive learning with mixed hard negatives, Zhang et al., AAAI 2022)" \
+        if recipe_name == "MixCSE" else (f" with {recipe_name}" if recipe_name else "")
+    intro += ", using mixcse."
+    intro += f" It maps sentences to a {dim}-dimensional dense vector space" if dim else \
+        " It maps sentences to dense vectors"
+    intro += " for semantic textual similarity, semantic search, clustering and classification."
+    lines += [intro, "", "## Model Details", ""]
+    details = ["- **Model Type:** Sentence Transformer"]
+    if base_text:
+        details.append(f"- **Base model:** {base_text}")
+    if pooler:
+        details.append(f"- **Pooling:** `{pooler}`, {POOLER_TEXT.get(pooler, pooler)}")
+        if pooler == "cls_before_pooler" and cfg.get("pooler") == "cls" and cfg.get("mlp_only_train", True):
+            details[-1] += " (the MLP head is used in training only, as in unsupervised SimCSE)"
+    if dim:
+        details.append(f"- **Output Dimensionality:** {dim} dimensions")
+    details.append("- **Similarity Function:** cosine similarity")
+    if cfg.get("max_seq_length"):
+        details.append(f"- **Training sequence length:** {cfg['max_seq_length']} tokens")
+    lines += details + [""]
+    if architecture:
+        lines += ["### Full Model Architecture", "", "```", architecture, "```", ""]
+
+    if cfg or objective:
+        lam = objective.get("lam", cfg.get("lam"))
+        directions = objective.get("directions", cfg.get("directions"))
+        steps, total = summary.get("steps"), summary.get("total_steps") or resolved.get("total_steps")
+        train_pooler = f"`{cfg['pooler']}`" if cfg.get("pooler") else "--"
+        if cfg.get("pooler") == "cls":
+            train_pooler += " + MLP head" + (" (training only)" if cfg.get("mlp_only_train", True) else "")
+        rows = [
+            ["loss preset", f"`{loss}`" if loss else "--"],
+            ["λ (mixing coefficient)", "-- (no mixed negatives)" if lam is None else f"{lam:g}"],
+            ["τ (temperature)", f"{objective.get('temperature', cfg.get('temperature')):g}"
+             if objective.get("temperature", cfg.get("temperature")) is not None else "--"],
+            ["directions", {1: "1 (anchors from view 1)", 2: "2 (both views as anchors)"}.get(directions, "--")],
+        ]
+        if lam is not None:
+            rows.append(["mixed-negative gradient", {"stop": "stop-gradient", "through": "flows through"}.get(
+                objective.get("mix_grad", cfg.get("mix_grad")), "--")])
+            if objective.get("lam_bound"):
+                rows.append(["λ bound", "per pair, mixed negative never closer than the positive"])
+            if objective.get("formulation") == "released":
+                rows.append(["formulation", "the released code's loss"])
+        rows += [
+            ["batch size", str(cfg.get("batch_size", "--"))],
+            ["learning rate", f"{cfg['learning_rate']:g}" if cfg.get("learning_rate") else "--"],
+            ["steps", f"{steps}" + (f" of {total}" if total and total != steps else "") if steps else "--"],
+            ["pooler (training)", train_pooler],
+            ["max sequence length", str(cfg.get("max_seq_length", "--"))],
+            ["precision", str(resolved.get("precision", cfg.get("precision", "--")))],
+            ["seed", str(cfg.get("seed", "--"))],
+        ]
+        if cfg.get("warmup_ratio"):
+            rows.append(["warm-up", f"{cfg['warmup_ratio']:g} of the steps"])
+        if cfg.get("weight_decay"):
+            rows.append(["weight decay", f"{cfg['weight_decay']:g}"])
+        lines += ["## Training", "", "### Recipe", "", "Unsupervised: every sentence is its own positive, the two "
+                  "views differing by dropout; the other sentences of the batch are the negatives"
+                  + (", plus one mixed hard negative per pair, normalize(λ·h'ᵢ + (1-λ)·h'ⱼ)." if lam is not None
+                     else "."), ""]
+        lines += _table(["setting", "value"], rows) + [""]
+
+        train_file = cfg.get("train_file")
+        lines += ["### Training Data", ""]
+        if train_file:
+            data = f"`{Path(train_file).name}`, one sentence per line"
+            if cfg.get("max_sentences"):
+                data += f", first {cfg['max_sentences']:,} sentences"
+            if cfg.get("dedupe"):
+                data += ", de-duplicated"
+            lines.append(f"- **File:** {data}")
+        if steps and cfg.get("batch_size"):
+            lines.append(f"- **Sentences seen:** {steps * cfg['batch_size']:,} ({steps} steps x {cfg['batch_size']})")
+        if summary.get("train_seconds") is not None:
+            lines.append(f"- **Training time:** {summary['train_seconds']:.0f} s on {resolved.get('device', '?')} "
+                         f"({summary.get('sentences_per_second', 0):.0f} sentences/s)")
+        lines.append("")
+
+        lines += ["### STS-B Development Set", ""]
+        if summary.get("best_dev") is not None:
+            lines += ["Spearman correlation x100 of cosine similarities on the STS-B development set, which selects "
+                      "the checkpoint.", ""]
+            lines += _table(["checkpoint", "STS-B dev"],
+                            [["raw (before training)", _num(summary.get("raw_dev"))],
+                             [f"best (step {summary.get('best_step', '?')})", _num(summary.get("best_dev"))]])
+            lines.append("")
+        else:
+            lines += ["No STS-B development data was available during training: this is the final checkpoint"
+                      + (f" (step {summary['best_step']})." if summary.get("best_step") else "."), ""]
+
+    if eval_results:
+        lines += _eval_section(eval_results)
+    lines += _usage(pooler, model_id)
+    lines += ["## Citation", "", "```bibtex", MIXCSE_BIBTEX, "", SIMCSE_BIBTEX, "```", ""]
+    return "\n".join(lines)
+
+
+def write_model_card(best_dir: Path, resolved: dict, summary: dict, eval_results: dict | None = None, *,
+                     model_id: str = MODEL_PLACEHOLDER) -> Path:
+    """Write ``best_dir/README.md`` and keep its inputs in ``best_dir/mixcse.json``; returns the card's path."""
+    best_dir = Path(best_dir)
+    best_dir.mkdir(parents=True, exist_ok=True)
+    record = _read_json(best_dir / RECORD_FILE)
+    record = record if isinstance(record, dict) else {}
+    record.update(training=_jsonable(resolved or {}), summary=_jsonable(summary or {}))
+    if eval_results is not None:
+        record["eval"] = _jsonable(eval_results)
+    else:
+        record.pop("eval", None)
+    _atomic_write(best_dir / RECORD_FILE, json.dumps(record, indent=2) + "\n")
+    text = render_model_card(best_dir, resolved, summary, eval_results, model_id=model_id)
+    _atomic_write(best_dir / CARD_FILE, text)
+    return best_dir / CARD_FILE
+
+
+def update_model_card_with_eval(best_dir: Path, eval_results: dict, *, model_id: str = MODEL_PLACEHOLDER) -> Path:
+    """Rewrite the card of a mixcse model directory with an STS / transfer table.
+
+    The training recipe comes from the directory's ``mixcse.json`` (written with the first card); a directory
+    without one (a model saved by ``Encoder.save`` outside training) gets a card with what the directory shows.
+    """
+    best_dir = Path(best_dir)
+    if not best_dir.is_dir():
+        from .errors import MixCSEError
+
+        raise MixCSEError(f"not a model directory: {best_dir}")
+    record = _read_json(best_dir / RECORD_FILE)
+    record = record if isinstance(record, dict) else {}
+    return write_model_card(best_dir, record.get("training") or {}, record.get("summary") or {}, eval_results,
+                            model_id=model_id)

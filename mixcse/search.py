@@ -1,0 +1,73 @@
+"""Exact cosine top-k search: numpy, or faiss (``IndexFlatIP`` on l2-normalised vectors) when it is installed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import MixCSEError
+
+BACKENDS = ("auto", "numpy", "faiss")
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One result: row ``index`` of the corpus, its cosine ``score`` and, when known, its ``sentence``."""
+
+    index: int
+    score: float
+    sentence: str | None = None
+
+
+def faiss_available() -> bool:
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def normalize_rows(x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(np.atleast_2d(x), dtype=np.float32)
+    return x / np.clip(np.linalg.norm(x, axis=1, keepdims=True), 1e-12, None)
+
+
+def resolve_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise MixCSEError(f"unknown search backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        return "faiss" if faiss_available() else "numpy"
+    if backend == "faiss" and not faiss_available():
+        raise MixCSEError("search backend 'faiss' needs faiss: pip install 'mixcse[faiss]'")
+    return backend
+
+
+def top_k_cosine(queries: np.ndarray, corpus: np.ndarray, top_k: int, *, backend: str = "auto",
+                 block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, indices), each (n_queries, min(top_k, n_corpus)), best first; ties go to the lower index."""
+    if top_k < 1:
+        raise MixCSEError(f"top_k must be >= 1, got {top_k}")
+    q, c = normalize_rows(queries), normalize_rows(corpus)
+    if c.shape[0] == 0:
+        raise MixCSEError("the corpus is empty")
+    if q.shape[1] != c.shape[1]:
+        raise MixCSEError(f"query embeddings have {q.shape[1]} dimensions, the corpus {c.shape[1]}")
+    k = min(top_k, c.shape[0])
+    if resolve_backend(backend) == "faiss":
+        import faiss
+
+        index = faiss.IndexFlatIP(c.shape[1])
+        index.add(c)
+        scores, indices = index.search(q, k)
+        return scores.astype(np.float32), indices.astype(np.int64)
+    scores = np.empty((q.shape[0], k), dtype=np.float32)
+    indices = np.empty((q.shape[0], k), dtype=np.int64)
+    for start in range(0, q.shape[0], block):
+        sim = q[start:start + block] @ c.T
+        part = np.argpartition(-sim, k - 1, axis=1)[:, :k] if k < sim.shape[1] else np.tile(np.arange(k), (len(sim), 1))
+        part_scores = np.take_along_axis(sim, part, axis=1)
+        order = np.lexsort((part, -part_scores), axis=1)  # by score descending, then index ascending
+        indices[start:start + block] = np.take_along_axis(part, order, axis=1)
+        scores[start:start + block] = np.take_along_axis(part_scores, order, axis=1)
+    return scores, indices

@@ -1,0 +1,183 @@
+"""evaluate() end to end on the tiny fixture: all 14 tasks, dedup, cache, JSON shape, tables, CLI, plots."""
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mixcse.evaluation import (ALL_TASKS, evaluate, expand_tasks, format_tables, plot_alignment_uniformity,
+                               plot_training_cosines, sphere_stats, stsb_dev_spearman, to_jsonable)
+from mixcse.evaluation import alignment, command
+from mixcse.evaluation.data import default_data_dir, load_stsb, resolve_data_dir
+from mixcse.evaluation.sts import row_cosine, spearman
+
+FIXTURE = Path(__file__).parent / "fixtures" / "eval" / "downstream"
+STS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
+TRANSFER = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]
+
+
+def hashed(sentences, dim=16):
+    """Random but deterministic embedding per sentence (seeded by its hash)."""
+    rows = []
+    for s in sentences:
+        seed = int.from_bytes(hashlib.sha256(s.encode("utf-8")).digest()[:4], "little")
+        rows.append(np.random.RandomState(seed).randn(dim))
+    return np.asarray(rows, dtype=np.float32)
+
+
+class Recorder:
+    """An encoder object that records what it was asked to encode."""
+
+    def __init__(self, fingerprint=None):
+        self.calls = []
+        if fingerprint:
+            self.fingerprint = fingerprint
+
+    def encode(self, sentences, batch_size=64):
+        self.calls.append(list(sentences))
+        return hashed(sentences)
+
+
+@pytest.fixture(scope="module")
+def full():
+    enc = Recorder()
+    return enc, evaluate(enc, tasks="all", data_dir=FIXTURE, mode="fasttest", verbose=False)
+
+
+def test_smoke_all_tasks(full):
+    _, res = full
+    assert set(res) == {"sts", "transfer", "analysis", "settings"}
+    for t in STS:
+        assert -100 <= res["sts"][t]["spearman"] <= 100
+    for t in STS[:5]:
+        r = res["sts"][t]
+        assert {"spearman", "pearson", "subsets", "wmean"} <= set(r)
+        assert {"spearman", "pearson"} <= set(r["wmean"])
+        assert all({"spearman", "pearson", "n"} <= set(v) for v in r["subsets"].values())
+    assert res["sts"]["STS15"]["n"] == 5 * 4  # blank gold lines skipped
+    assert res["sts"]["avg"] == pytest.approx(np.mean([res["sts"][t]["spearman"] for t in STS]))
+    for t in TRANSFER:
+        assert 0 <= res["transfer"][t]["acc"] <= 100
+    assert 0 <= res["transfer"]["MRPC"]["f1"] <= 100
+    assert res["transfer"]["avg"] == pytest.approx(np.mean([res["transfer"][t]["acc"] for t in TRANSFER]))
+    a = res["analysis"]
+    assert 0 <= a["alignment"] <= 4 and a["uniformity"] <= 0 and 0 < a["mean_angle"] <= a["max_angle"] <= 180
+    s = res["settings"]
+    assert s["mode"] == "fasttest" and s["kfold"] == 5 and s["classifier"]["classifier"] == "sklearn"
+    assert set(ALL_TASKS) <= set(s["seconds"]) and "encode" in s["seconds"]
+    json.dumps(to_jsonable(res), allow_nan=False)
+
+
+def test_each_distinct_sentence_encoded_once_in_one_call(full):
+    enc, res = full
+    assert len(enc.calls) == 1
+    sent = enc.calls[0]
+    assert len(sent) == len(set(sent)) == res["settings"]["encoding"]["distinct_sentences"]
+
+
+def test_callable_gets_length_sorted_batches():
+    seen = []
+
+    def enc(batch):
+        seen.append(batch)
+        return hashed(batch)
+
+    res = evaluate(enc, tasks="STS12,STSBenchmark", data_dir=FIXTURE, batch_size=8, verbose=False)
+    assert all(len(b) <= 8 for b in seen)
+    lengths = [len(s.split()) for b in seen for s in b]
+    assert lengths == sorted(lengths, reverse=True)
+    again = evaluate(hashed, tasks="STS12,STSBenchmark", data_dir=FIXTURE, batch_size=1000, verbose=False)
+    assert again["sts"]["STS12"]["spearman"] == pytest.approx(res["sts"]["STS12"]["spearman"])
+
+
+def test_cache_reused_only_with_fingerprint(tmp_path):
+    enc = Recorder(fingerprint="fake-v1")
+    first = evaluate(enc, tasks="sts", data_dir=FIXTURE, cache_dir=tmp_path, verbose=False)
+    second = evaluate(enc, tasks="sts", data_dir=FIXTURE, cache_dir=tmp_path, verbose=False)
+    assert len(enc.calls) == 1  # the second run found everything in the cache
+    assert second["settings"]["encoding"]["encoded"] == 0
+    assert second["sts"]["STS12"] == first["sts"]["STS12"]
+    third = evaluate(enc, tasks="sts,analysis", data_dir=FIXTURE, cache_dir=tmp_path, verbose=False)
+    assert len(enc.calls) == 2  # only STS-B dev (for the analysis) was new
+    assert set(enc.calls[1]).isdisjoint(enc.calls[0])
+    assert third["settings"]["encoding"]["cache_hits"] == len(enc.calls[0])
+    assert third["sts"] == first["sts"]
+    assert len(list(tmp_path.rglob("shard-*.npz"))) == 2 and not list(tmp_path.rglob(".tmp-*"))
+    nofp = tmp_path / "nofp"
+    evaluate(Recorder(), tasks="STS13", data_dir=FIXTURE, cache_dir=nofp, verbose=False)
+    assert not nofp.exists()
+
+
+def test_transfer_test_mode_and_torch_classifier():
+    res = evaluate(hashed, tasks="MR", data_dir=FIXTURE, mode="test", verbose=False)
+    assert len(res["transfer"]["MR"]["fold_acc"]) == 10
+    res = evaluate(hashed, tasks="SST2,MRPC", data_dir=FIXTURE, mode="fasttest", classifier="torch", verbose=False)
+    assert res["settings"]["classifier"]["classifier"] == "torch"
+    assert 0 <= res["transfer"]["SST2"]["acc"] <= 100 and "f1" in res["transfer"]["MRPC"]
+
+
+def test_stsb_dev_spearman_matches_direct_computation():
+    ps = load_stsb(FIXTURE, "dev")
+    expected = spearman(row_cosine(hashed(ps.a), hashed(ps.b)), ps.scores)
+    assert stsb_dev_spearman(hashed, FIXTURE) == pytest.approx(expected)
+    assert stsb_dev_spearman(Recorder(), str(FIXTURE)) == pytest.approx(expected)
+
+
+def test_format_tables(full):
+    _, res = full
+    text = format_tables(res)
+    assert "| STS12 | STS13 | STS14 | STS15 | STS16 | STS-B | SICK-R | Avg. |" in text
+    assert "| MR | CR | SUBJ | MPQA | SST-2 | TREC | MRPC | Avg. |" in text
+    assert f"{res['sts']['avg']:.2f}" in text and f"{res['transfer']['avg']:.2f}" in text
+    assert "| Model |" in format_tables(res, label="fake")
+
+
+def test_expand_tasks():
+    assert expand_tasks("all") == list(ALL_TASKS)
+    assert expand_tasks("transfer,STS-B") == ["STSBenchmark"] + TRANSFER
+    assert expand_tasks(["sick-r", "sst-2", "analysis"]) == ["SICKRelatedness", "SST2", "analysis"]
+    with pytest.raises(ValueError):
+        expand_tasks("STS17")
+
+
+def test_data_dir_resolution(tmp_path, monkeypatch):
+    monkeypatch.setenv("MIXCSE_DATA", str(tmp_path))
+    assert default_data_dir() == tmp_path
+    (tmp_path / "downstream" / "STS").mkdir(parents=True)
+    assert resolve_data_dir(tmp_path) == tmp_path / "downstream"  # the parent of downstream/ also works
+
+
+def test_analysis_hand_checked():
+    # pairs (1,0)-(0,1): squared distance 2
+    assert alignment(np.array([[1.0, 0.0]]), np.array([[0.0, 3.0]])) == pytest.approx(2.0)
+    # points at 0, 90 and 180 degrees: squared distances 2, 4, 2 and angles 90, 180, 90
+    out = sphere_stats(np.array([[1.0, 0.0], [0.0, 2.0], [-1.0, 0.0]]))
+    assert out["uniformity"] == pytest.approx(math.log((2 * math.exp(-4) + math.exp(-8)) / 3))
+    assert out["max_angle"] == pytest.approx(180.0) and out["mean_angle"] == pytest.approx(120.0)
+
+
+def test_plots(tmp_path):
+    p = plot_alignment_uniformity([{"label": "a", "alignment": 0.3, "uniformity": -2.0},
+                                   {"label": "b", "alignment": 0.2, "uniformity": -3.0}], tmp_path / "au.png")
+    assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    m = tmp_path / "metrics.jsonl"
+    m.write_text('{"step": 1, "pos_cos": 0.9, "neg_cos": 0.1, "mix_cos": 0.3}\n'
+                 '{"step": 2, "loss": 1.0}\n{"step": 3, "pos_cos": 0.8}\n\n{"step": 4, "pos_c')
+    p = plot_training_cosines({"run": m, "run2": m}, tmp_path / "cos.png")
+    assert p.stat().st_size > 1000
+
+
+def test_cli_writes_json_and_refuses_overwrite(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None: hashed)
+    out = tmp_path / "res.json"
+    argv = ["eval", "m", "--tasks", "sts", "--data-dir", str(FIXTURE), "--output", str(out)]
+    assert command.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| STS12 |" in printed
+    saved = json.loads(out.read_text())
+    assert saved["settings"]["model"] == "m" and "STS12" in saved["sts"] and "seconds" in saved["settings"]
+    assert command.main(argv) != 0
+    assert "exists" in capsys.readouterr().err
+    assert command.main(argv + ["--overwrite"]) == 0

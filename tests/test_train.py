@@ -1,0 +1,157 @@
+"""The training loop end to end on a tiny BERT built from a config: outputs, resume, bad input."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import mixcse
+from mixcse import trainer
+from mixcse.cli import main
+from mixcse.encoder import SentenceEncoder
+
+
+def tiny_config(tiny_bert, synthetic_data, out, **kw):
+    cfg = {"model": str(tiny_bert), "train_file": str(synthetic_data["corpus"]), "output_dir": str(out),
+           "data_dir": str(synthetic_data["data_dir"]), "batch_size": 16, "max_steps": 8, "eval_steps": 4,
+           "log_steps": 2, "learning_rate": 1e-4, "max_seq_length": 16, "seed": 3}
+    cfg.update(kw)
+    return cfg
+
+
+def test_train_writes_a_loadable_model_and_metrics(tiny_bert, synthetic_data, tmp_path):
+    out = tmp_path / "run"
+    result = mixcse.train(tiny_config(tiny_bert, synthetic_data, out))
+    assert result.steps == 8 and result.best_step in (4, 8) and result.raw_dev is not None
+    resolved = yaml.safe_load((out / "config.yaml").read_text())
+    assert resolved["config"]["loss"] == "mixcse" and resolved["objective"]["lam"] == 0.2
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if "loss" in r]
+    assert [r["step"] for r in train_records] == [2, 4, 6, 8]
+    for key in ("pos_cos", "neg_cos", "mix_cos", "simcse_loss", "anchor_grad_norm", "sentences_per_second", "lr"):
+        assert all(np.isfinite(r[key]) for r in train_records), key
+    assert [r["step"] for r in records if "stsb_dev" in r] == [0, 4, 8]
+    # best/ is a HF model and a mixcse/sentence-transformers model with the test-time pooler.
+    from transformers import AutoModel
+
+    AutoModel.from_pretrained(out / "best")
+    assert json.loads((out / "best/1_Pooling/config.json").read_text())["pooling_mode"] == "cls"
+    enc = SentenceEncoder.load(out / "best")
+    assert enc.pooler == "cls_before_pooler"
+    emb = enc.encode(["t0w1 t0w2 t1w3", "t5w5 the t6w6"])
+    assert emb.shape == (2, 64) and np.isfinite(emb).all()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["best_dev"] == max(r["stsb_dev"] for r in records if "stsb_dev" in r and r["step"] > 0)
+
+
+def test_existing_output_dir_is_protected(tiny_bert, synthetic_data, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    with pytest.raises(mixcse.MixCSEError, match="not empty"):
+        mixcse.train(tiny_config(tiny_bert, synthetic_data, out))
+    assert (out / "precious.txt").read_text() == "keep me" and len(list(out.iterdir())) == 1
+    mixcse.train(tiny_config(tiny_bert, synthetic_data, out, max_steps=2, eval_steps=2), overwrite=True)
+    assert (out / "best").is_dir() and (out / "precious.txt").exists()  # --overwrite replaces only our outputs
+
+
+def _weights(path):
+    return torch.load(path / "checkpoint/state.pt", weights_only=False)
+
+
+@pytest.mark.parametrize("loss", ["mixcse", "simcse"])
+def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, synthetic_data, tmp_path, monkeypatch, loss):
+    cfg = dict(max_steps=9, save_steps=3, eval_steps=4, loss=loss)
+    full = tmp_path / "full"
+    mixcse.train(tiny_config(tiny_bert, synthetic_data, full, **cfg))
+
+    killed = tmp_path / "killed"
+    calls = {"n": 0}
+    real_loss = trainer.contrastive_loss
+
+    def dies_at_step_8(*args, **kwargs):  # the process "dies" inside step 8, after the checkpoint at step 6
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise KeyboardInterrupt
+        return real_loss(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "contrastive_loss", dies_at_step_8)
+    with pytest.raises(KeyboardInterrupt):
+        mixcse.train(tiny_config(tiny_bert, synthetic_data, killed, **cfg))
+    monkeypatch.setattr(trainer, "contrastive_loss", real_loss)
+    assert _weights(killed)["state"]["step"] == 6
+    mixcse.train(tiny_config(tiny_bert, synthetic_data, killed, **cfg), resume=True)
+
+    a, b = _weights(full), _weights(killed)
+    assert a["state"]["step"] == b["state"]["step"] == 9
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    for k, v in a["optimizer"]["state"].items():
+        assert torch.equal(v["exp_avg"], b["optimizer"]["state"][k]["exp_avg"])
+    strip = lambda p: [{k: v for k, v in json.loads(line).items() if k != "sentences_per_second"}  # noqa: E731
+                       for line in (p / "metrics.jsonl").read_text().splitlines()]
+    assert strip(full) == strip(killed)  # nothing logged twice, nothing missing
+    assert a["state"]["best_dev"] == b["state"]["best_dev"]
+
+
+def run_cli(args, capsys):
+    code = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err
+
+
+def test_cli_bad_input_is_one_line_and_nonzero(tiny_bert, synthetic_data, tmp_path, capsys):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(tiny_config(tiny_bert, synthetic_data, tmp_path / "out")))
+    cases = {
+        "train_file=/nonexistent/corpus.txt": "training file not found",
+        "model=/nonexistent/model": "model path does not exist",
+        "batch_sise=8": "unknown config key 'batch_sise'",
+        "batch_size=eight": "must be int",
+    }
+    for override, message in cases.items():
+        code, err = run_cli(["train", str(recipe), override], capsys)
+        assert code == 2 and len(err) == 1 and err[0].startswith("error:") and message in err[0], (override, err)
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"fine\nna\xefve\n")
+    code, err = run_cli(["train", str(recipe), f"train_file={bad}"], capsys)
+    assert code == 2 and "not UTF-8" in err[0] and "latin1.txt:2" in err[0]
+    (tmp_path / "empty.txt").write_text("")
+    code, err = run_cli(["train", str(recipe), f"train_file={tmp_path / 'empty.txt'}"], capsys)
+    assert code == 2 and "no sentences" in err[0]
+    assert not (tmp_path / "out").exists()  # nothing was written for any bad input
+
+
+def test_non_finite_loss_stops_with_a_clear_error(tiny_bert, synthetic_data, tmp_path, capsys, monkeypatch):
+    real_loss = trainer.contrastive_loss
+
+    def nan_loss(*args, **kwargs):
+        out = real_loss(*args, **kwargs)
+        out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(trainer, "contrastive_loss", nan_loss)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(tiny_config(tiny_bert, synthetic_data, tmp_path / "out")))
+    code, err = run_cli(["train", str(recipe)], capsys)
+    assert code == 2 and len(err) == 1 and "non-finite loss" in err[0]
+
+
+def test_fp16_on_cpu_is_a_clear_error(tiny_bert, synthetic_data, tmp_path):
+    with pytest.raises(mixcse.MixCSEError, match="fp16 needs a CUDA device"):
+        mixcse.train(tiny_config(tiny_bert, synthetic_data, tmp_path / "o", precision="fp16"))
+
+
+def test_bf16_autocast_trains(tiny_bert, synthetic_data, tmp_path):
+    result = mixcse.train(tiny_config(tiny_bert, synthetic_data, tmp_path / "o", precision="bf16", max_steps=4))
+    assert result.steps == 4 and np.isfinite(result.best_dev)
+
+
+def test_module_entry_point_exits_nonzero(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "mixcse", "train", str(tmp_path / "missing.yaml")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.strip().startswith("error: recipe not found")
