@@ -55,6 +55,7 @@ class TrainConfig:
     eval_steps: int = 125
     eval_batch_size: int = 128
     eval_at_start: bool = True
+    analysis_at_eval: bool = False  # also log alignment/uniformity/max angle of STS-B dev at each evaluation
     early_stopping_patience: int | None = None  # evaluations without improvement before stopping
     save_steps: int | None = None  # resumable checkpoint cadence; defaults to eval_steps
     log_steps: int = 10

@@ -116,21 +116,42 @@ def linear_schedule(total_steps: int, warmup_steps: int):
 
 
 class DevEvaluator:
-    """STS-B dev Spearman with the test-time pooler; absent data means no evaluation (best = last)."""
+    """STS-B dev Spearman with the test-time pooler; absent data means no evaluation (best = last).
 
-    def __init__(self, data_dir: str | None, batch_size: int):
+    With ``analysis`` it also returns the paper's embedding-space figures on the same embeddings: alignment,
+    uniformity and the pairwise angles of STS-B dev (mixcse.evaluation.analysis).
+    """
+
+    def __init__(self, data_dir: str | None, batch_size: int, analysis: bool = False):
         from .evaluation import default_data_dir, stsb_dev_spearman
 
         self.data_dir = data_dir or default_data_dir()
         self._score = stsb_dev_spearman
         self.batch_size = batch_size
+        self.analysis = analysis
         self.available = bool(self.data_dir) and (Path(self.data_dir) / "STS/STSBenchmark/sts-dev.csv").exists()
 
-    def __call__(self, encoder, tokenizer, max_seq_length=None) -> float | None:
+    def __call__(self, encoder, tokenizer) -> tuple[float | None, dict]:
         if not self.available:
-            return None
+            return None, {}
         inference = SentenceEncoder(encoder, tokenizer, device=next(encoder.parameters()).device)
-        return float(self._score(lambda s: inference.encode(s, batch_size=self.batch_size), self.data_dir))
+        cache: dict[str, np.ndarray] = {}
+
+        def embed(sentences: list[str]) -> np.ndarray:
+            missing = [s for s in dict.fromkeys(sentences) if s not in cache]
+            if missing:
+                cache.update(zip(missing, inference.encode(missing, batch_size=self.batch_size)))
+            return np.stack([cache[s] for s in sentences]) if sentences else np.zeros((0, encoder.hidden_size))
+
+        score = float(self._score(embed, self.data_dir, batch_size=self.batch_size))
+        extra = {}
+        if self.analysis:
+            from .evaluation.analysis import analyse
+            from .evaluation.data import load_stsb
+
+            stats = analyse({"dev": load_stsb(Path(self.data_dir), "dev")}, embed)
+            extra = {k: stats[k] for k in ("alignment", "uniformity", "max_angle", "mean_angle")}
+        return score, extra
 
 
 def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool = False,
@@ -175,7 +196,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         # The backbone's own pooler layer (BERT) is never used: let DDP skip it.
         model = torch.nn.parallel.DistributedDataParallel(encoder, device_ids=device_ids,
                                                           find_unused_parameters=True)
-    evaluator = DevEvaluator(cfg.data_dir, cfg.eval_batch_size)
+    evaluator = DevEvaluator(cfg.data_dir, cfg.eval_batch_size, analysis=cfg.analysis_at_eval)
     save_steps = cfg.save_steps or cfg.eval_steps
 
     state = {"step": 0, "best_dev": None, "best_step": None, "raw_dev": None, "bad_evals": 0,
@@ -235,7 +256,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
 
     def evaluate_and_select(step: int) -> bool:
         """Returns True when early stopping says stop."""
-        score = evaluator(encoder, tokenizer) if ctx.is_main else None
+        score, extra = evaluator(encoder, tokenizer) if ctx.is_main else (None, {})
         score = distributed.broadcast_object(score, ctx)
         encoder.train()
         if score is None:
@@ -248,7 +269,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
             save_best(step)
         else:
             state["bad_evals"] += 1
-        log({"step": step, "stsb_dev": score, "best_dev": state["best_dev"], "best_step": state["best_step"]})
+        log({"step": step, "stsb_dev": score, "best_dev": state["best_dev"], "best_step": state["best_step"], **extra})
         if ctx.is_main:
             print(f"step {step}: STS-B dev {score:.2f} (best {state['best_dev']:.2f} @ {state['best_step']})",
                   flush=True)
@@ -257,10 +278,10 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
 
     encoder.train()
     if state["step"] == 0 and cfg.eval_at_start and evaluator.available:
-        state["raw_dev"] = evaluator(encoder, tokenizer) if ctx.is_main else None
+        state["raw_dev"], extra = evaluator(encoder, tokenizer) if ctx.is_main else (None, {})
         state["raw_dev"] = distributed.broadcast_object(state["raw_dev"], ctx)
         encoder.train()
-        log({"step": 0, "stsb_dev": state["raw_dev"]})
+        log({"step": 0, "stsb_dev": state["raw_dev"], **extra})
         if ctx.is_main:
             print(f"step 0: STS-B dev {state['raw_dev']:.2f} (raw model)", flush=True)
 

@@ -110,9 +110,12 @@ def test_cache_reused_only_with_fingerprint(tmp_path):
     assert not nofp.exists()
 
 
-def test_transfer_test_mode_and_torch_classifier():
+def test_transfer_test_mode_and_torch_classifier(monkeypatch):
+    from mixcse.evaluation.classifiers import SklearnLR
+
+    monkeypatch.setattr(SklearnLR, "grid_inner", property(lambda self: [1.0]))  # 100 fits instead of 600
     res = evaluate(hashed, tasks="MR", data_dir=FIXTURE, mode="test", verbose=False)
-    assert len(res["transfer"]["MR"]["fold_acc"]) == 10
+    assert len(res["transfer"]["MR"]["fold_acc"]) == 10 and res["settings"]["kfold"] == 10
     res = evaluate(hashed, tasks="SST2,MRPC", data_dir=FIXTURE, mode="fasttest", classifier="torch", verbose=False)
     assert res["settings"]["classifier"]["classifier"] == "torch"
     assert 0 <= res["transfer"]["SST2"]["acc"] <= 100 and "f1" in res["transfer"]["MRPC"]

@@ -25,7 +25,7 @@ def tiny_config(tiny_bert, synthetic_data, out, **kw):
 
 def test_train_writes_a_loadable_model_and_metrics(tiny_bert, synthetic_data, tmp_path):
     out = tmp_path / "run"
-    result = mixcse.train(tiny_config(tiny_bert, synthetic_data, out))
+    result = mixcse.train(tiny_config(tiny_bert, synthetic_data, out, analysis_at_eval=True))
     assert result.steps == 8 and result.best_step in (4, 8) and result.raw_dev is not None
     resolved = yaml.safe_load((out / "config.yaml").read_text())
     assert resolved["config"]["loss"] == "mixcse" and resolved["objective"]["lam"] == 0.2
@@ -34,7 +34,10 @@ def test_train_writes_a_loadable_model_and_metrics(tiny_bert, synthetic_data, tm
     assert [r["step"] for r in train_records] == [2, 4, 6, 8]
     for key in ("pos_cos", "neg_cos", "mix_cos", "simcse_loss", "anchor_grad_norm", "sentences_per_second", "lr"):
         assert all(np.isfinite(r[key]) for r in train_records), key
-    assert [r["step"] for r in records if "stsb_dev" in r] == [0, 4, 8]
+    evals = [r for r in records if "stsb_dev" in r]
+    assert [r["step"] for r in evals] == [0, 4, 8]
+    for r in evals:  # analysis_at_eval: the paper's embedding-space figures at every evaluation
+        assert 0 <= r["alignment"] <= 4 and r["uniformity"] <= 0 and 0 < r["max_angle"] <= 180
     # best/ is a HF model and a mixcse/sentence-transformers model with the test-time pooler.
     from transformers import AutoModel
 

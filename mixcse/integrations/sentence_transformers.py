@@ -99,6 +99,8 @@ class MixCSELoss(nn.Module):
             - Use ``BatchSamplers.NO_DUPLICATES`` (:class:`docs <sentence_transformers.base.sampler.BatchSamplers>`)
               so that no in-batch negative is a copy of the anchor.
             - Use batches of 64 and a learning rate of 3e-5 for BERT-base, as in the paper.
+            - On several devices, each device's batch is its own pool of negatives (embeddings are not gathered
+              across devices); mixcse's own trainer (``mixcse train``) gathers them.
 
         Relations:
             - With ``lam=None`` (or ``MixCSELoss.from_preset(model, "simcse")``) and ``directions=1`` this is
