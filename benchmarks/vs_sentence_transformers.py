@@ -23,7 +23,10 @@ ahead for mixcse, per batch in the peer's collator), trainer set-up, the steps, 
 ``sentences/s = steps x 64 / that time``. Also reported: the training loop alone (mixcse's ``train_seconds``; the
 peer's on_train_begin -> last on_step_end), which leaves out mixcse's tokenisation and final writes.
 
-    python benchmarks/vs_sentence_transformers.py          # 4 rounds x 6 steps per side
+A third side, run only in the default mode, is a what-if: mixcse with ``torch.optim.AdamW(fused=True)`` patched in for
+the run (the peer's optimizer kernel; not applied to mixcse because it is not bit-identical).
+
+    python benchmarks/vs_sentence_transformers.py          # 4 rounds x 6 steps per side (+ the what-if side)
     python benchmarks/vs_sentence_transformers.py --quick  # 1 round x 2 steps, no warm-up run
 """
 
@@ -108,7 +111,15 @@ def run_peer(sentences: list[str], steps: int, threads: int, workdir: Path, seed
             "setup_s": clock.begin - t1, "info": info}
 
 
-def run_mixcse(train_file: Path, steps: int, threads: int, workdir: Path, seed: int) -> dict:
+class _FusedAdamW(torch.optim.AdamW):
+    """What-if only: the trainer's AdamW with ``fused=True`` (not bit-identical to the default for-loop AdamW)."""
+
+    def __init__(self, params, **kwargs):
+        kwargs.setdefault("fused", True)
+        super().__init__(params, **kwargs)
+
+
+def run_mixcse(train_file: Path, steps: int, threads: int, workdir: Path, seed: int, fused_adamw: bool = False) -> dict:
     import mixcse
     import mixcse.trainer as trainer_module
 
@@ -128,12 +139,16 @@ def run_mixcse(train_file: Path, steps: int, threads: int, workdir: Path, seed: 
               "max_grad_norm": 1.0, "max_steps": steps, "precision": "fp32", "num_threads": threads,
               "eval_at_start": False, "data_dir": str(workdir / "no-dev-data"), "log_steps": 10, "seed": seed}
     trainer_module.load_encoder = timed_load
+    adamw = torch.optim.AdamW
+    if fused_adamw:
+        torch.optim.AdamW = _FusedAdamW  # the trainer calls torch.optim.AdamW(...) at run time
     try:
         t0 = time.perf_counter()
         result = mixcse.train(config, overwrite=True, progress=False)
         total = time.perf_counter() - t0
     finally:
         trainer_module.load_encoder = original
+        torch.optim.AdamW = adamw
     assert result.steps == steps, result.steps
     return {"load_s": load_time[0], "run_s": total - load_time[0], "loop_s": result.train_seconds,
             "outside_loop_s": total - load_time[0] - result.train_seconds}
@@ -145,8 +160,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--steps", type=int, help="training steps per run (default 6, quick 2)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-what-if", action="store_true",
+                        help="skip the third side, mixcse with fused AdamW (a what-if; never in --quick)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
+    what_if = not (args.quick or args.no_what_if)
     rounds = args.rounds or (1 if args.quick else 4)
     steps = args.steps or (2 if args.quick else 6)
     quiet()
@@ -155,22 +173,24 @@ def main() -> None:
     import mixcse  # noqa: F401
 
     workdir = Path(tempfile.mkdtemp(prefix="mixcse-vs-st-"))
-    runs = {"mixcse": [], "sentence_transformers": []}
+    sides = ["mixcse", "sentence_transformers"] + (["mixcse_fused_adamw"] if what_if else [])
+    runs = {side: [] for side in sides}
     try:
         def one_round(r: int, n_steps: int, timed: bool) -> None:
             sentences = read_corpus(n_steps * BATCH, skip=r * n_steps * BATCH)
             train_file = workdir / f"train-{r}.txt"
             train_file.write_text("\n".join(sentences) + "\n")
-            order = ["mixcse", "sentence_transformers"] if r % 2 == 0 else ["sentence_transformers", "mixcse"]
+            order = sides if r % 2 == 0 else sides[::-1]
             for side in order:
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                    if side == "mixcse":
-                        res = run_mixcse(train_file, n_steps, args.threads, workdir, seed=r)
-                    else:
+                    if side == "sentence_transformers":
                         res = run_peer(sentences, n_steps, args.threads, workdir, seed=r)
+                    else:
+                        res = run_mixcse(train_file, n_steps, args.threads, workdir, seed=r,
+                                         fused_adamw=side == "mixcse_fused_adamw")
                 res["sentences_per_s"] = n_steps * BATCH / res["run_s"]
                 res["loop_sentences_per_s"] = n_steps * BATCH / res["loop_s"]
-                print(f"  {'round ' + str(r) if timed else 'warm-up':8s} {side:22s} load {res['load_s']:5.1f} s, "
+                print(f"  {'round ' + str(r) if timed else 'warm-up':8s} {side:22s}  load {res['load_s']:5.1f} s, "
                       f"run {res['run_s']:6.1f} s -> {res['sentences_per_s']:6.1f} sentences/s "
                       f"(loop only {res['loop_sentences_per_s']:6.1f})", flush=True)
                 if timed:
@@ -197,6 +217,18 @@ def main() -> None:
                       "sentence_transformers_sentences_per_s": summarise([s["loop_sentences_per_s"] for s in st]),
                       "ratio": summarise(loop_ratio)["median"], "ratio_per_round": loop_ratio},
     }
+    if what_if:
+        fx = runs["mixcse_fused_adamw"]
+        wi = paired_ratios([m["sentences_per_s"] for m in fx], [s["sentences_per_s"] for s in st])
+        summary["what_if_fused_adamw"] = {
+            "note": "mixcse with torch.optim.AdamW(fused=True) (not applied: not bit-identical to the default)",
+            "sentences_per_s": summarise([m["sentences_per_s"] for m in fx]), "throughput_ratio": summarise(wi)["median"],
+            "throughput_ratio_per_round": wi,
+            "vs_mixcse_default": summarise(paired_ratios([m["sentences_per_s"] for m in fx],
+                                                         [m["sentences_per_s"] for m in mx]))["median"]}
+        print(f"what-if, mixcse with fused AdamW: {summary['what_if_fused_adamw']['sentences_per_s']['median']:.1f} "
+              f"sentences/s, x{summary['what_if_fused_adamw']['throughput_ratio']:.2f} the peer, "
+              f"x{summary['what_if_fused_adamw']['vs_mixcse_default']:.2f} mixcse's default")
     print(f"mixcse {summary['mixcse_sentences_per_s']['median']:.1f} sentences/s vs sentence-transformers "
           f"{summary['sentence_transformers_sentences_per_s']['median']:.1f} (medians of {rounds} runs of {steps} steps)"
           f"; per-round ratio median x{summary['throughput_ratio']:.2f} (loop only x{summary['loop_only']['ratio']:.2f})"
@@ -214,7 +246,7 @@ def main() -> None:
             "versions": {"sentence_transformers": st_pkg.__version__, "transformers": transformers.__version__,
                          "datasets": datasets.__version__},
             "peer_info": st[0]["info"] if st else None, **summary, "target": 1.2,
-            "raw": {"mixcse": mx, "sentence_transformers": st}, "wall_s": time.perf_counter() - t_start})
+            "raw": runs, "wall_s": time.perf_counter() - t_start})
 
 
 if __name__ == "__main__":

@@ -40,9 +40,12 @@ def test_classifiers_solve_separable_problem(kind):
     clf = make_classifier(kind, "fasttest")
     X, y = blobs(60)
     Xt, yt = blobs(20, seed=0)
-    scores = clf.scan(X[:40], y[:40], X[40:], y[40:], clf.grid_inner)
-    assert len(scores) == len(clf.grid_inner) and min(scores) == 1.0
-    assert (clf.fit_predict(X, y, Xt, clf.grid_kfold[0]) == yt).all()
+    problems = [(np.arange(40), np.arange(40, 60)), (np.arange(20, 60), np.arange(20))]
+    acc, preds = clf.scan(X, y, problems, clf.grid_inner, tests=[Xt, Xt])
+    assert acc.shape == (2, len(clf.grid_inner)) and acc.min() == 1.0
+    assert all((p == yt).all() for row in preds for p in row)
+    out = clf.fit_predict(X, y, [(np.arange(60), None)], [clf.grid_kfold[0]], [Xt])
+    assert (out[0] == yt).all()
     res = inner_kfold(X, y, clf, k=3)
     assert res["acc"] == 100.0 and len(res["fold_acc"]) == 3
     res, yhat = kfold_then_test(X, y, Xt, yt, clf, k=3)
@@ -51,11 +54,57 @@ def test_classifiers_solve_separable_problem(kind):
     assert res["acc"] == 100.0
 
 
-def test_torch_probe_multiclass_and_deterministic():
+def test_torch_probe_multiclass_deterministic_and_batched_like_one_by_one():
     X, y = blobs(90, classes=3, seed=3)
-    a = TorchLR(fast=True).scan(X[:60], y[:60], X[60:], y[60:], [1e-5, 1e-2])
-    b = TorchLR(fast=True).scan(X[:60], y[:60], X[60:], y[60:], [1e-5, 1e-2])
-    assert a == b and min(a) == 1.0
+    X = X + np.random.RandomState(0).randn(*X.shape).astype(np.float32) * 3  # not trivially separable
+    problems = [(np.arange(60), np.arange(60, 90)), (np.arange(30, 90), np.arange(30))]
+    a, _ = TorchLR().scan(X, y, problems, [1e-5, 1e-2])
+    b, _ = TorchLR().scan(X, y, problems, [1e-5, 1e-2])
+    assert np.array_equal(a, b) and a.min() > 0.5
+    # training every (problem, regulariser) alone gives the same probes as training them as one batch
+    for p, prob in enumerate(problems):
+        for r, reg in enumerate([1e-5, 1e-2]):
+            alone, _ = TorchLR().scan(X, y, [prob], [reg])
+            assert alone[0, 0] == pytest.approx(a[p, r])
+
+
+def test_torch_probe_matches_a_plain_torch_reference():
+    """The batched, hand-written Adam step equals torch.nn.Linear + CrossEntropyLoss + torch.optim.Adam."""
+    import torch
+
+    X, y = blobs(50, classes=3, seed=5)
+    X = X + np.random.RandomState(1).randn(*X.shape).astype(np.float32) * 4
+    tr, va = np.arange(35), np.arange(35, 50)
+    clf = TorchLR(max_epoch=8)
+    W, b, acc = clf._train(X, y, [(tr, va)], np.array([[1e-3]]))
+    # reference: SentEval's loop written plainly, one probe
+    rng = np.random.RandomState(1111)
+    torch.manual_seed(1111)
+    model = torch.nn.Linear(X.shape[1], 3)
+    opt = torch.optim.Adam(model.parameters(), weight_decay=1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y.astype(np.int64))
+    best, best_state, count, nepoch, stop = -1.0, None, 0, 0, False
+    while not stop and nepoch <= clf.max_epoch:
+        for _ in range(clf.epoch_size):
+            perm = rng.permutation(len(tr))
+            for i in range(0, len(tr), clf.batch_size):
+                idx = torch.from_numpy(tr[perm[i:i + clf.batch_size]])
+                loss = loss_fn(model(Xt[idx]), yt[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        nepoch += clf.epoch_size
+        with torch.no_grad():
+            accuracy = (model(Xt[va]).argmax(1) == yt[va]).float().mean().item()
+        if accuracy > best:
+            best, best_state = accuracy, (model.weight.detach().clone(), model.bias.detach().clone())
+        elif count >= clf.tenacity:
+            stop = True
+        else:
+            count += 1
+    assert acc[0, 0] == pytest.approx(best)
+    assert torch.allclose(W[0, 0], best_state[0], atol=1e-5) and torch.allclose(b[0, 0], best_state[1], atol=1e-5)
 
 
 def test_grids_follow_senteval():

