@@ -22,6 +22,7 @@ STAND_IN = SHARED / "models" / "mini-wiki-mlm"
 CORPUS = SHARED / "data" / "corpus" / "wiki_sentences.txt.gz"
 DOWNSTREAM = SHARED / "data" / "downstream"
 RESULTS = REPO / "benchmarks" / "results"
+START_LOADAVG = os.getloadavg()  # the machine is shared: its load is part of every result
 
 if str(REPO) not in sys.path:  # run as `python benchmarks/x.py` from anywhere
     sys.path.insert(0, str(REPO))
@@ -43,7 +44,7 @@ def machine_info() -> dict:
 
     info = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-            "load_average_at_start": os.getloadavg()}
+            "load_average_1_5_15min_at_start": START_LOADAVG, "load_average_1_5_15min_at_end": os.getloadavg()}
     try:
         from mixcse.trainer import cpu_supports_bf16
 

@@ -123,9 +123,12 @@ class DevEvaluator:
     """
 
     def __init__(self, data_dir: str | None, batch_size: int, analysis: bool = False):
-        from .evaluation import default_data_dir, stsb_dev_spearman
+        from .evaluation import resolve_data_dir, stsb_dev_spearman
 
-        self.data_dir = data_dir or default_data_dir()
+        try:  # accepts the downstream/ folder or its parent, as `mixcse data download` lays it out
+            self.data_dir = str(resolve_data_dir(data_dir))
+        except MixCSEError:
+            self.data_dir = None
         self._score = stsb_dev_spearman
         self.batch_size = batch_size
         self.analysis = analysis

@@ -86,12 +86,23 @@ def run_eval(args: argparse.Namespace) -> int:
                                cli_args={k: v for k, v in vars(args).items()
                                          if isinstance(v, (str, int, float, bool, type(None)))})
     print(format_tables(results))
+    _update_card(args.model, results)
     if output is not None:
         if output.exists() and not args.overwrite:  # appeared while we were running
             return _error(f"{output} exists; pass --overwrite to replace it")
         _write_json_atomic(output, to_jsonable(results))
         print(f"\nwrote {output}")
     return 0
+
+
+def _update_card(model, results: dict) -> None:
+    """A mixcse model directory gets its STS / transfer table added to its model card."""
+    if not isinstance(model, (str, os.PathLike)) or not (Path(model) / "mixcse.json").is_file():
+        return
+    from mixcse.modelcard import update_model_card_with_eval
+
+    update_model_card_with_eval(Path(model), to_jsonable(results))
+    print(f"updated the model card {Path(model) / 'README.md'}")
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

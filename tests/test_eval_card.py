@@ -1,0 +1,25 @@
+"""`mixcse eval` on a mixcse model directory adds its results table to the model card."""
+
+import json
+
+from mixcse.cli import main
+from mixcse.model import load_encoder
+from mixcse.modelcard import write_model_card
+
+
+def test_eval_updates_the_model_card(tiny_bert, synthetic_data, tmp_path, capsys):
+    encoder, tokenizer, _ = load_encoder(str(tiny_bert), pooler="cls")
+    best = tmp_path / "best"
+    encoder.save(best, tokenizer)
+    write_model_card(best, {"config": {"model": str(tiny_bert), "loss": "mixcse"}}, {"steps": 0})
+    before = (best / "README.md").read_text()
+    out = tmp_path / "results.json"
+    code = main(["eval", str(best), "--tasks", "STSBenchmark", "--data-dir", str(synthetic_data["data_dir"]),
+                 "--output", str(out)])
+    assert code == 0
+    spearman = json.loads(out.read_text())["sts"]["STSBenchmark"]["spearman"]
+    after = (best / "README.md").read_text()
+    assert after != before and f"{spearman:.2f}" in after
+    assert "updated the model card" in capsys.readouterr().out
+    assert main(["eval", str(best), "--tasks", "STSBenchmark", "--data-dir", str(synthetic_data["data_dir"]),
+                 "--output", str(out)]) == 2  # an existing results file is never overwritten silently
