@@ -158,3 +158,18 @@ def test_module_entry_point_exits_nonzero(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mixcse", "train", str(tmp_path / "missing.yaml")],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error: recipe not found")
+
+
+def test_early_stopping_and_best_selection(tiny_bert, synthetic_data, tmp_path, monkeypatch):
+    scores = iter([10.0, 30.0, 20.0, 25.0, 5.0, 99.0])  # raw, then one per evaluation
+
+    def scripted(self, encoder, tokenizer):
+        return next(scores), {}
+
+    monkeypatch.setattr(trainer.DevEvaluator, "__call__", scripted)
+    out = tmp_path / "es"
+    result = mixcse.train(tiny_config(tiny_bert, synthetic_data, out, max_steps=12, eval_steps=2,
+                                      early_stopping_patience=2))
+    # evaluations at steps 2 (30, best), 4 (20), 6 (25): two without improvement -> stop at step 6
+    assert (result.steps, result.best_step, result.best_dev, result.raw_dev) == (6, 2, 30.0, 10.0)
+    assert json.loads((out / "summary.json").read_text())["best_step"] == 2
