@@ -419,7 +419,7 @@ def fig_curve(data: dict, path: Path, key: str, ylabel: str, presets, step_key: 
                 ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.15)
         if log:
             ax.set_yscale("log")
-        ax.set_title(f"{bb}: {title} (mean over seeds, band = min–max)", fontsize=9)
+        ax.set_title(f"{bb}: {title}\n(mean over seeds; band = min–max over seeds)", fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)

@@ -28,7 +28,7 @@ tokenisation and final writes.
 A third side, run only in the default mode, is a what-if: mixcse with ``torch.optim.AdamW(fused=True)`` patched in for
 the run (the peer's optimizer kernel; not applied to mixcse because it is not bit-identical).
 
-    python benchmarks/vs_sentence_transformers.py          # 6 rounds x 5 steps per side (+ the what-if side)
+    python benchmarks/vs_sentence_transformers.py          # 8 rounds x 10 steps per side (+ the what-if side)
     python benchmarks/vs_sentence_transformers.py --quick  # 1 round x 2 steps, no warm-up run
 """
 
@@ -160,15 +160,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int)
-    parser.add_argument("--steps", type=int, help="training steps per run (default 5, quick 2)")
+    parser.add_argument("--steps", type=int, help="training steps per run (default 10, quick 2)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-what-if", action="store_true",
                         help="skip the third side, mixcse with fused AdamW (a what-if; never in --quick)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     what_if = not (args.quick or args.no_what_if)
-    rounds = args.rounds or (1 if args.quick else 6)
-    steps = args.steps or (2 if args.quick else 5)
+    rounds = args.rounds or (1 if args.quick else 8)
+    steps = args.steps or (2 if args.quick else 10)
     quiet()
     t_start = time.perf_counter()
     import sentence_transformers  # noqa: F401  (import time counted in neither side)
