@@ -109,7 +109,6 @@ def measure(encoder, config, batch: int, seq: int, device, dtype, blocks: int, s
     out["mixcse_over_simcse_time"] = out["mixcse"]["step_s"] / out["simcse"]["step_s"]
     if device.type == "cuda":
         out["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    del optimizer
     return out
 
 

@@ -106,9 +106,9 @@ def loss_benchmark(sizes: list[int], dim: int, repeats: int, threads: int, time_
         g = torch.Generator().manual_seed(n)
         # Embedding-like views: a shared direction (anisotropy: in-batch cosines ~0.7), per-sentence content, and
         # view noise (positive cosines ~0.96), so that the loss is O(1) as in training, not ~0.
-        common = 1.5 * torch.randn(1, dim, generator=g)
+        shared_direction = 1.5 * torch.randn(1, dim, generator=g)
         content = torch.randn(n, dim, generator=g)
-        base1 = common + content
+        base1 = shared_direction + content
         z2_noise = base1 + 0.5 * torch.randn(n, dim, generator=g)
 
         # The inputs (the encoder's pooled outputs in training) exist before the loss: created outside the

@@ -388,6 +388,9 @@ def main(argv=None) -> int:
     ap.add_argument("--extras", action="store_true", help="λ sweep 0.1/0.3/0.5 and mixcse-bound/-released on minilm")
     ap.add_argument("--steps", type=int, default=None, help="training steps for every backbone (default per backbone)")
     ap.add_argument("--mode", choices=("test", "fasttest"), default="test")
+    ap.add_argument("--threads", type=int, default=THREADS,
+                    help="torch threads for training and encoding (default 1: best on a shared machine; 2 on an idle "
+                         "2-core one; the probes always use 1)")
     ap.add_argument("--eval-precision", choices=("bf16", "fp32"), default="bf16",
                     help="precision of the final evaluation's inference (selection on STS-B dev is always fp32)")
     ap.add_argument("--report-only", action="store_true", help="regenerate docs/results.md and figures, no training")
@@ -412,7 +415,10 @@ def main(argv=None) -> int:
 
     import torch
 
-    torch.set_num_threads(THREADS)
+    if args.threads < 1:
+        ap.error("--threads must be >= 1")
+    COMMON["num_threads"] = args.threads
+    torch.set_num_threads(args.threads)
     backbones = [b.strip() for b in args.backbones.split(",") if b.strip()]
     presets = [p.strip() for p in args.presets.split(",") if p.strip()]
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
