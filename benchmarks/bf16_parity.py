@@ -37,21 +37,25 @@ def speed(rounds: int, threads: int) -> dict:
     from mixcse.data import TokenizedCorpus
     from mixcse.losses import PRESETS, contrastive_loss
     from mixcse.model import load_encoder
-    from mixcse.trainer import optimizer_groups
+    from mixcse.config import TrainConfig
+    from mixcse.trainer import build_optimizer, prepare_for_training
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    cfg = TrainConfig()  # the trainer's step: fused AdamW, numpy dropout masks, 4 length buckets
+    cpu = torch.device("cpu")
     encoder, tokenizer, _ = load_encoder(str(STAND_IN), pooler="cls")
+    prepare_for_training(encoder, cfg, cpu)
     encoder.train()
     one_view = TokenizedCorpus(read_corpus(64), tokenizer, 32).batch(np.arange(64))
     batch = {k: torch.cat([v, v]) for k, v in one_view.items()}
-    optimizer = torch.optim.AdamW(optimizer_groups(encoder, 0.0), lr=3e-5)
+    optimizer = build_optimizer(encoder, cfg, cpu)
     objective = PRESETS["mixcse"]
 
     def step(dtype):
         def run():
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
-                pooled = encoder(batch)
+                pooled = encoder(batch, length_buckets=cfg.length_buckets)
             out = contrastive_loss(pooled[:64], pooled[64:], objective)
             out.loss.backward()
             torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)

@@ -69,10 +69,11 @@ def random_batch(config, batch: int, seq: int, device) -> dict[str, torch.Tensor
 def measure(encoder, config, batch: int, seq: int, device, dtype, blocks: int, steps_per_block: int,
             warmup: int) -> dict:
     from mixcse.losses import PRESETS, contrastive_loss
-    from mixcse.trainer import optimizer_groups
+    from mixcse.config import TrainConfig
+    from mixcse.trainer import build_optimizer
 
     data = random_batch(config, batch, seq, device)
-    optimizer = torch.optim.AdamW(optimizer_groups(encoder, 0.0), lr=3e-5)
+    optimizer = build_optimizer(encoder, TrainConfig(), device)  # the trainer's: fused AdamW
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def step(objective):

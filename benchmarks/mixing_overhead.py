@@ -64,20 +64,24 @@ def step_benchmark(rounds: int, warmup: int, threads: int) -> dict:
     from mixcse.data import TokenizedCorpus
     from mixcse.losses import PRESETS, contrastive_loss
     from mixcse.model import load_encoder
-    from mixcse.trainer import optimizer_groups
+    from mixcse.config import TrainConfig
+    from mixcse.trainer import build_optimizer, prepare_for_training
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    cfg = TrainConfig()  # the trainer's defaults: fused AdamW, numpy dropout masks, 4 length buckets
+    cpu = torch.device("cpu")
     encoder, tokenizer, _ = load_encoder(str(STAND_IN), pooler="cls")
+    prepare_for_training(encoder, cfg, cpu)
     encoder.train()
     sentences = read_corpus(64)
     one_view = TokenizedCorpus(sentences, tokenizer, 32).batch(np.arange(64))
     batch = {k: torch.cat([v, v]) for k, v in one_view.items()}
-    optimizer = torch.optim.AdamW(optimizer_groups(encoder, 0.0), lr=3e-5)
+    optimizer = build_optimizer(encoder, cfg, cpu)
 
     def step(objective):
         def run():
-            pooled = encoder(batch)
+            pooled = encoder(batch, length_buckets=cfg.length_buckets)
             out = contrastive_loss(pooled[:64], pooled[64:], objective)
             out.loss.backward()
             optimizer.step()

@@ -25,10 +25,10 @@ ahead for mixcse, per batch in the peer's collator), trainer set-up, the steps, 
 loop alone (mixcse's ``train_seconds``; the peer's on_train_begin -> last on_step_end), which leaves out mixcse's
 tokenisation and final writes.
 
-A third side, run only in the default mode, is a what-if: mixcse with ``torch.optim.AdamW(fused=True)`` patched in for
-the run (the peer's optimizer kernel; not applied to mixcse because it is not bit-identical).
+A third side, run only in the default mode, is an ablation: mixcse with ``length_buckets: 1`` (each batch forwarded as
+one pass padded to its longest sentence, as the peer does), to show what the length-bucketed forward contributes.
 
-    python benchmarks/vs_sentence_transformers.py          # 8 rounds x 10 steps per side (+ the what-if side)
+    python benchmarks/vs_sentence_transformers.py          # 8 rounds x 10 steps per side (+ the ablation side)
     python benchmarks/vs_sentence_transformers.py --quick  # 1 round x 2 steps, no warm-up run
 """
 
@@ -113,15 +113,7 @@ def run_peer(sentences: list[str], steps: int, threads: int, workdir: Path, seed
             "setup_s": clock.begin - t1, "info": info}
 
 
-class _FusedAdamW(torch.optim.AdamW):
-    """What-if only: the trainer's AdamW with ``fused=True`` (not bit-identical to the default for-loop AdamW)."""
-
-    def __init__(self, params, **kwargs):
-        kwargs.setdefault("fused", True)
-        super().__init__(params, **kwargs)
-
-
-def run_mixcse(train_file: Path, steps: int, threads: int, workdir: Path, seed: int, fused_adamw: bool = False) -> dict:
+def run_mixcse(train_file: Path, steps: int, threads: int, workdir: Path, seed: int, length_buckets: int | None = None) -> dict:
     import mixcse
     import mixcse.trainer as trainer_module
 
@@ -140,17 +132,15 @@ def run_mixcse(train_file: Path, steps: int, threads: int, workdir: Path, seed: 
               "max_seq_length": MAX_LEN, "learning_rate": LR, "weight_decay": 0.0, "warmup_ratio": 0.0,
               "max_grad_norm": 1.0, "max_steps": steps, "precision": "fp32", "num_threads": threads,
               "eval_at_start": False, "data_dir": str(workdir / "no-dev-data"), "log_steps": 10, "seed": seed}
+    if length_buckets is not None:
+        config["length_buckets"] = length_buckets
     trainer_module.load_encoder = timed_load
-    adamw = torch.optim.AdamW
-    if fused_adamw:
-        torch.optim.AdamW = _FusedAdamW  # the trainer calls torch.optim.AdamW(...) at run time
     try:
         t0 = time.perf_counter()
         result = mixcse.train(config, overwrite=True, progress=False)
         total = time.perf_counter() - t0
     finally:
         trainer_module.load_encoder = original
-        torch.optim.AdamW = adamw
     assert result.steps == steps, result.steps
     return {"load_s": load_time[0], "run_s": total - load_time[0], "loop_s": result.train_seconds,
             "outside_loop_s": total - load_time[0] - result.train_seconds}
@@ -162,11 +152,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--steps", type=int, help="training steps per run (default 10, quick 2)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--no-what-if", action="store_true",
-                        help="skip the third side, mixcse with fused AdamW (a what-if; never in --quick)")
+    parser.add_argument("--no-ablation", action="store_true",
+                        help="skip the third side, mixcse with length_buckets=1 (never in --quick)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    what_if = not (args.quick or args.no_what_if)
+    ablation = not (args.quick or args.no_ablation)
     rounds = args.rounds or (1 if args.quick else 8)
     steps = args.steps or (2 if args.quick else 10)
     quiet()
@@ -175,7 +165,7 @@ def main() -> None:
     import mixcse  # noqa: F401
 
     workdir = Path(tempfile.mkdtemp(prefix="mixcse-vs-st-"))
-    sides = ["mixcse", "sentence_transformers"] + (["mixcse_fused_adamw"] if what_if else [])
+    sides = ["mixcse", "sentence_transformers"] + (["mixcse_one_pass"] if ablation else [])
     runs = {side: [] for side in sides}
     try:
         def one_round(r: int, n_steps: int, timed: bool) -> None:
@@ -190,7 +180,7 @@ def main() -> None:
                         res = run_peer(sentences, n_steps, args.threads, workdir, seed=r)
                     else:
                         res = run_mixcse(train_file, n_steps, args.threads, workdir, seed=r,
-                                         fused_adamw=side == "mixcse_fused_adamw")
+                                         length_buckets=1 if side == "mixcse_one_pass" else None)
                 res["process_cpu_s"] = time.process_time() - cpu0  # all threads, model load included
                 res["sentences_per_s"] = n_steps * BATCH / res["run_s"]
                 res["loop_sentences_per_s"] = n_steps * BATCH / res["loop_s"]
@@ -225,18 +215,18 @@ def main() -> None:
                              "sensitive than wall time to other processes' load, more to spin-waiting threads",
                      "ratio": summarise(cpu_ratio)["median"], "ratio_per_round": cpu_ratio},
     }
-    if what_if:
-        fx = runs["mixcse_fused_adamw"]
-        wi = paired_ratios([m["sentences_per_s"] for m in fx], [s["sentences_per_s"] for s in st])
-        summary["what_if_fused_adamw"] = {
-            "note": "mixcse with torch.optim.AdamW(fused=True) (not applied: not bit-identical to the default)",
-            "sentences_per_s": summarise([m["sentences_per_s"] for m in fx]), "throughput_ratio": summarise(wi)["median"],
-            "throughput_ratio_per_round": wi,
-            "vs_mixcse_default": summarise(paired_ratios([m["sentences_per_s"] for m in fx],
-                                                         [m["sentences_per_s"] for m in mx]))["median"]}
-        print(f"what-if, mixcse with fused AdamW: {summary['what_if_fused_adamw']['sentences_per_s']['median']:.1f} "
-              f"sentences/s, x{summary['what_if_fused_adamw']['throughput_ratio']:.2f} the peer, "
-              f"x{summary['what_if_fused_adamw']['vs_mixcse_default']:.2f} mixcse's default")
+    if ablation:
+        fx = runs["mixcse_one_pass"]
+        ab = paired_ratios([m["sentences_per_s"] for m in fx], [s["sentences_per_s"] for s in st])
+        summary["ablation_one_pass"] = {
+            "note": "mixcse with length_buckets=1: each batch forwarded as one pass padded to its longest sentence",
+            "sentences_per_s": summarise([m["sentences_per_s"] for m in fx]), "throughput_ratio": summarise(ab)["median"],
+            "throughput_ratio_per_round": ab,
+            "default_over_one_pass": summarise(paired_ratios([m["sentences_per_s"] for m in mx],
+                                                             [m["sentences_per_s"] for m in fx]))["median"]}
+        print(f"ablation, mixcse with length_buckets=1: {summary['ablation_one_pass']['sentences_per_s']['median']:.1f} "
+              f"sentences/s, x{summary['ablation_one_pass']['throughput_ratio']:.2f} the peer; the default (4 buckets) "
+              f"is x{summary['ablation_one_pass']['default_over_one_pass']:.2f} that")
     print(f"mixcse {summary['mixcse_sentences_per_s']['median']:.1f} sentences/s vs sentence-transformers "
           f"{summary['sentence_transformers_sentences_per_s']['median']:.1f} (medians of {rounds} runs of {steps} steps)"
           f"; per-round ratio median x{summary['throughput_ratio']:.2f} (loop only x{summary['loop_only']['ratio']:.2f}"

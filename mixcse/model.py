@@ -59,10 +59,31 @@ class Encoder(nn.Module):
     def hidden_size(self) -> int:
         return self.backbone.config.hidden_size
 
-    def forward(self, batch: dict[str, torch.Tensor], use_head: bool | None = None) -> torch.Tensor:
-        """``use_head=None`` follows the mode: the head is used in training, and at test time unless mlp_only_train."""
+    def forward(self, batch: dict[str, torch.Tensor], use_head: bool | None = None,
+                length_buckets: int = 1) -> torch.Tensor:
+        """One vector per row of ``batch``. ``use_head=None`` follows the mode: the head is used in training, and
+        at test time unless mlp_only_train.
+
+        ``length_buckets > 1`` computes the same function as ``length_buckets`` passes over length-sorted slices of
+        the batch, each trimmed to its own longest sequence, rows returned in their original order. Attention never
+        reaches padding, so only the wasted work changes: on Wikipedia sentences at max length 32, 22% of a random
+        batch's positions are padding, 8% with 4 buckets. Dropout masks are drawn per slice, so the random stream
+        (not its distribution) differs from one pass.
+        """
         if use_head is None:
             use_head = self.pooler == "cls" and (self.training or not self.mlp_only_train)
+        mask = batch["attention_mask"]
+        if length_buckets <= 1 or mask.shape[0] < 2 * length_buckets:
+            return self._pool(batch, use_head)
+        lengths = mask.sum(dim=1)
+        order = torch.argsort(lengths, stable=True)
+        pooled = []
+        for part in torch.tensor_split(order, length_buckets):
+            width = int(lengths[part].max())  # one host sync per slice: the width sets the tensor shape
+            pooled.append(self._pool({k: v[part, :width] for k, v in batch.items()}, use_head))
+        return torch.cat(pooled).index_select(0, torch.argsort(order))
+
+    def _pool(self, batch: dict[str, torch.Tensor], use_head: bool) -> torch.Tensor:
         layers = LAYER_POOLERS.get(self.pooler)
         outputs = self.backbone(**batch, output_hidden_states=layers is not None, return_dict=True)
         mask = batch["attention_mask"]
