@@ -57,6 +57,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 import common  # noqa: F401  (paths, sys.path, offline env)
 from common import CORPUS, DOWNSTREAM, REPO, RESULTS, STAND_IN, machine_info
 
@@ -235,7 +237,7 @@ class Autocast:
             return self.encoder.encode(sentences, batch_size=batch_size)
 
 
-def evaluate_model(encoder, mode: str, eval_precision: str) -> tuple[dict, float]:
+def evaluate_model(encoder, mode: str, eval_precision: str, workers: int = 1) -> tuple[dict, float]:
     from mixcse.evaluation import evaluate, resolve_encoder
 
     t0 = time.perf_counter()
@@ -243,7 +245,7 @@ def evaluate_model(encoder, mode: str, eval_precision: str) -> tuple[dict, float
     if eval_precision == "bf16" and hasattr(encoder, "encode"):
         encoder = Autocast(encoder)
     res = evaluate(encoder, tasks=TASKS, data_dir=str(DOWNSTREAM), mode=mode,
-                   classifier="sklearn", batch_size=EVAL_BATCH, verbose=True)
+                   classifier="sklearn", batch_size=EVAL_BATCH, verbose=True, workers=workers)
     return res, time.perf_counter() - t0
 
 
@@ -271,7 +273,7 @@ BASELINES = {  # name -> (label, backbone row it belongs to)
 }
 
 
-def run_baseline(name: str, mode: str, eval_precision: str) -> dict:
+def run_baseline(name: str, mode: str, eval_precision: str, workers: int = 1) -> dict:
     from mixcse.encoder import SentenceEncoder
     from mixcse.evaluation import stsb_dev_spearman
 
@@ -287,7 +289,7 @@ def run_baseline(name: str, mode: str, eval_precision: str) -> dict:
         enc = AvgGloVe()
     precision = "fp32" if name.endswith("-fp32") else eval_precision
     dev = float(stsb_dev_spearman(enc, str(DOWNSTREAM)))  # fp32, as the trainer's selection computes it
-    res, secs = evaluate_model(enc, mode, precision)
+    res, secs = evaluate_model(enc, mode, precision, workers)
     return {"name": name, "label": label, "backbone": bb, "mode": mode, "eval_precision": precision,
             "stsb_dev": dev, **summarise_eval(res), "eval_seconds": secs, "load_1min_at_start": load0,
             "machine": machine_info(),
@@ -309,7 +311,25 @@ def read_curves(metrics_path: Path) -> dict:
     return curves
 
 
-def train_and_evaluate(spec: Spec) -> dict:
+def finished_training(out: Path, cfg: dict):
+    """The TrainResult of a run already trained with this config (killed during its final evaluation), or None.
+    Keys absent from the saved config did not exist when it ran; their pinned values in COMMON are the behaviour it
+    had, so only the saved keys are compared."""
+    import mixcse.trainer
+
+    try:
+        saved = yaml.safe_load((out / "config.yaml").read_text())["config"]
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not (out / "best").is_dir() or any(saved.get(k) != v for k, v in cfg.items() if k in saved):
+        return None
+    return mixcse.trainer.TrainResult(str(out), summary["steps"], summary["best_step"], summary["best_dev"],
+                                      summary["raw_dev"], summary["train_seconds"],
+                                      summary["sentences_per_second"])
+
+
+def train_and_evaluate(spec: Spec, workers: int = 1) -> dict:
     import mixcse
 
     out = RUNS_DIR / spec.name
@@ -324,16 +344,23 @@ def train_and_evaluate(spec: Spec) -> dict:
         cfg["lam"] = spec.lam_override
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    result = mixcse.train(cfg, overwrite=True, progress=False)
-    train_wall = time.perf_counter() - t0
+    result = finished_training(out, cfg)
+    reused = result is not None
+    if reused:
+        print(f"[paper_claims] {spec.name}: trained earlier (summary.json, best/), evaluating only", flush=True)
+        train_wall = result.train_seconds
+    else:
+        result = mixcse.train(cfg, overwrite=True, progress=False)
+        train_wall = time.perf_counter() - t0
     curves = read_curves(out / "metrics.jsonl")
-    res, eval_secs = evaluate_model(str(out / "best"), spec.mode, spec.eval_precision)
+    res, eval_secs = evaluate_model(str(out / "best"), spec.mode, spec.eval_precision, workers)
     record = {"backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
               "steps": spec.steps, "mode": spec.mode, "eval_precision": spec.eval_precision,
               "eval_steps": spec.eval_steps,
               "best_step": result.best_step, "raw_dev": result.raw_dev, "best_dev": result.best_dev,
               **summarise_eval(res), "curves": curves,
               "train_seconds": result.train_seconds, "train_wall_seconds": train_wall, "eval_seconds": eval_secs,
+              "training_reused": reused, "eval_workers": workers,
               "config": {k: v for k, v in cfg.items() if k not in ("output_dir",)},
               "load_1min_at_start": load0, "machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     return record
@@ -391,6 +418,9 @@ def main(argv=None) -> int:
     ap.add_argument("--extras", action="store_true", help="λ sweep 0.1/0.3/0.5 and mixcse-bound/-released on minilm")
     ap.add_argument("--steps", type=int, default=None, help="training steps for every backbone (default per backbone)")
     ap.add_argument("--mode", choices=("test", "fasttest"), default="test")
+    ap.add_argument("--eval-workers", type=int, default=1,
+                    help="processes for the final evaluation's transfer probes (same results; 2 on an idle 2-core "
+                         "machine halves their wall time)")
     ap.add_argument("--threads", type=int, default=THREADS,
                     help="torch threads for training and encoding (default 1: best on a shared machine; 2 on an idle "
                          "2-core one; the probes always use 1)")
@@ -461,11 +491,11 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         try:
             if kind == "baseline":
-                record = run_baseline(job, args.mode, args.eval_precision)
+                record = run_baseline(job, args.mode, args.eval_precision, args.eval_workers)
                 data = save_results(lambda d: d["baselines"].__setitem__(
                     slice(None), [b for b in d["baselines"] if baseline_key(b) != baseline_key(record)] + [record]))
             else:
-                record = train_and_evaluate(job)
+                record = train_and_evaluate(job, args.eval_workers)
                 data = save_results(lambda d: d["runs"].__setitem__(
                     slice(None), [r for r in d["runs"] if run_key(r) != job.key] + [record]))
                 cleanup_weights(job)

@@ -54,7 +54,11 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     if precision == "auto":
         if device.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "bf16" if cpu_supports_bf16() else "fp32"
+        if cpu_supports_bf16():
+            return "bf16"
+        print("note: precision auto -> fp32: this CPU has neither AVX512-BF16 nor AMX-BF16, where bf16 would be "
+              "slower", file=sys.stderr)
+        return "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError("precision fp16 needs a CUDA device; on CPU use bf16 or fp32")
     return precision

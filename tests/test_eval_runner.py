@@ -184,3 +184,12 @@ def test_cli_writes_json_and_refuses_overwrite(tmp_path, capsys, monkeypatch):
     assert command.main(argv) != 0
     assert "exists" in capsys.readouterr().err
     assert command.main(argv + ["--overwrite"]) == 0
+
+
+def test_transfer_probes_in_worker_processes_give_the_same_results(full):
+    _, one = full
+    two = evaluate(Recorder(), tasks="transfer", data_dir=FIXTURE, mode="fasttest", verbose=False, workers=2)
+    assert two["transfer"] == one["transfer"]
+    assert two["settings"]["workers"] == 2 and set(two["settings"]["cpu_seconds"]) >= set(TRANSFER)
+    with pytest.raises(ValueError, match="workers"):
+        evaluate(Recorder(), tasks="transfer", data_dir=FIXTURE, workers=0, verbose=False)

@@ -173,3 +173,13 @@ def test_early_stopping_and_best_selection(tiny_bert, synthetic_data, tmp_path, 
     # evaluations at steps 2 (30, best), 4 (20), 6 (25): two without improvement -> stop at step 6
     assert (result.steps, result.best_step, result.best_dev, result.raw_dev) == (6, 2, 30.0, 10.0)
     assert json.loads((out / "summary.json").read_text())["best_step"] == 2
+
+
+def test_precision_auto_on_cpu_follows_bf16_support(monkeypatch, capsys):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(trainer, "cpu_supports_bf16", lambda: True)
+    assert trainer.resolve_precision("auto", cpu) == "bf16"
+    monkeypatch.setattr(trainer, "cpu_supports_bf16", lambda: False)
+    assert trainer.resolve_precision("auto", cpu) == "fp32"
+    assert "precision auto -> fp32" in capsys.readouterr().err
+    assert trainer.resolve_precision("fp32", cpu) == "fp32"

@@ -14,6 +14,8 @@ from sklearn.metrics import f1_score
 from . import data as D
 from .classifiers import SEED, dev_split, inner_kfold, kfold_then_test, single_threaded
 
+INNER_CV_TASKS = ("MR", "CR", "SUBJ", "MPQA")
+
 
 def load_task(data_dir: Path, task: str):
     if task in ("MR", "CR", "SUBJ", "MPQA"):
