@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import common  # noqa: F401
-from common import CORPUS, DOWNSTREAM, REPO, STAND_IN, interleaved, paired_ratios, read_corpus, summarise, \
+from common import CORPUS, DOWNSTREAM, REPO, STAND_IN, interleaved, paired_ratios, recipe_step_setup, summarise, \
     write_result
 
 import numpy as np
@@ -34,22 +34,9 @@ import yaml
 
 
 def speed(rounds: int, threads: int) -> dict:
-    from mixcse.data import TokenizedCorpus
     from mixcse.losses import PRESETS, contrastive_loss
-    from mixcse.model import load_encoder
-    from mixcse.config import TrainConfig
-    from mixcse.trainer import build_optimizer, prepare_for_training
 
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    cfg = TrainConfig()  # the trainer's step: fused AdamW, numpy dropout masks, 4 length buckets
-    cpu = torch.device("cpu")
-    encoder, tokenizer, _ = load_encoder(str(STAND_IN), pooler="cls")
-    prepare_for_training(encoder, cfg, cpu)
-    encoder.train()
-    one_view = TokenizedCorpus(read_corpus(64), tokenizer, 32).batch(np.arange(64))
-    batch = {k: torch.cat([v, v]) for k, v in one_view.items()}
-    optimizer = build_optimizer(encoder, cfg, cpu)
+    cfg, encoder, batch, optimizer = recipe_step_setup(threads)
     objective = PRESETS["mixcse"]
 
     def step(dtype):

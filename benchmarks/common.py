@@ -75,6 +75,29 @@ def read_corpus(n: int, *, skip: int = 0, path: Path = CORPUS) -> list[str]:
     return out
 
 
+def recipe_step_setup(threads: int):
+    """The trainer's CPU step on the stand-in, as `mixcse.train` builds it (TrainConfig defaults: fused AdamW, numpy
+    dropout masks, 4 length buckets; cls pooler + MLP head), and one batch of 64 corpus sentences in two views.
+    Returns (cfg, encoder, batch, optimizer)."""
+    import numpy as np
+    import torch
+
+    from mixcse.config import TrainConfig
+    from mixcse.data import TokenizedCorpus
+    from mixcse.model import load_encoder
+    from mixcse.trainer import build_optimizer, prepare_for_training
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    cfg, cpu = TrainConfig(), torch.device("cpu")
+    encoder, tokenizer, _ = load_encoder(str(STAND_IN), pooler="cls")
+    prepare_for_training(encoder, cfg, cpu)
+    encoder.train()
+    one_view = TokenizedCorpus(read_corpus(64), tokenizer, 32).batch(np.arange(64))
+    batch = {k: torch.cat([v, v]) for k, v in one_view.items()}
+    return cfg, encoder, batch, build_optimizer(encoder, cfg, cpu)
+
+
 def interleaved(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 1,
                 timer: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
     """Time each function ``repeats`` times, alternating between them (order reversed every round so that a

@@ -22,10 +22,9 @@ import argparse
 import time
 
 import common  # noqa: F401  (paths, sys.path)
-from common import STAND_IN, check_peak_meter, interleaved, paired_ratios, peak_cpu_bytes, read_corpus, summarise, \
+from common import check_peak_meter, interleaved, paired_ratios, peak_cpu_bytes, recipe_step_setup, summarise, \
     write_result
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -61,23 +60,9 @@ def materialised_mixcse_loss(z1: torch.Tensor, z2: torch.Tensor, lam: float = 0.
 
 
 def step_benchmark(rounds: int, warmup: int, threads: int) -> dict:
-    from mixcse.data import TokenizedCorpus
     from mixcse.losses import PRESETS, contrastive_loss
-    from mixcse.model import load_encoder
-    from mixcse.config import TrainConfig
-    from mixcse.trainer import build_optimizer, prepare_for_training
 
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    cfg = TrainConfig()  # the trainer's defaults: fused AdamW, numpy dropout masks, 4 length buckets
-    cpu = torch.device("cpu")
-    encoder, tokenizer, _ = load_encoder(str(STAND_IN), pooler="cls")
-    prepare_for_training(encoder, cfg, cpu)
-    encoder.train()
-    sentences = read_corpus(64)
-    one_view = TokenizedCorpus(sentences, tokenizer, 32).batch(np.arange(64))
-    batch = {k: torch.cat([v, v]) for k, v in one_view.items()}
-    optimizer = build_optimizer(encoder, cfg, cpu)
+    cfg, encoder, batch, optimizer = recipe_step_setup(threads)
 
     def step(objective):
         def run():
