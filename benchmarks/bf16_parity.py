@@ -42,7 +42,7 @@ def speed(rounds: int, threads: int) -> dict:
     def step(dtype):
         def run():
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
-                pooled = encoder(batch, length_buckets=cfg.length_buckets)
+                pooled = encoder(batch, length_buckets=cfg.forward_buckets("cpu"))
             out = contrastive_loss(pooled[:64], pooled[64:], objective)
             out.loss.backward()
             torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)

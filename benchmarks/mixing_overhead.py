@@ -66,7 +66,7 @@ def step_benchmark(rounds: int, warmup: int, threads: int) -> dict:
 
     def step(objective):
         def run():
-            pooled = encoder(batch, length_buckets=cfg.length_buckets)
+            pooled = encoder(batch, length_buckets=cfg.forward_buckets("cpu"))
             out = contrastive_loss(pooled[:64], pooled[64:], objective)
             out.loss.backward()
             optimizer.step()

@@ -142,23 +142,26 @@ def make_spec(backbone: str, preset: str, seed: int, lam_override, steps: int | 
 
 
 def plan(backbones, presets, seeds, extras: bool, steps, mode, eval_precision) -> list[tuple[str, object]]:
-    """Jobs in the order that makes partial results most informative:
-    raw MiniLM; MiniLM SimCSE & MixCSE (all seeds); MiniLM other presets; stand-in baselines + GloVe;
-    stand-in SimCSE & MixCSE, then the rest; extras on MiniLM."""
+    """Jobs in the order that makes partial results most informative: raw MiniLM; MiniLM SimCSE & MixCSE (all
+    seeds); the other baseline rows (stand-in [CLS] and mean pooling, GloVe: no training, minutes each); MiniLM
+    other presets; stand-in SimCSE & MixCSE, then the rest; extras on MiniLM."""
     jobs: list[tuple[str, object]] = []
     order = [b for b in ("minilm", "standin") if b in backbones] + [b for b in backbones if b not in BACKBONES]
+    later_baselines = [("baseline", "standin-raw-cls"), ("baseline", "standin-raw-avg")] \
+        if "standin" in backbones else []
+    later_baselines.append(("baseline", "glove"))
     for bb in order:
         if bb == "minilm":
             jobs.append(("baseline", "minilm-raw"))
-        else:
-            jobs += [("baseline", "standin-raw-cls"), ("baseline", "standin-raw-avg")]
-            jobs.append(("baseline", "glove"))
         first = [p for p in FIRST if p in presets]
         rest = [p for p in presets if p not in FIRST]
         for group in (first, rest):
             for seed in seeds:
                 for preset in group:
                     jobs.append(("run", make_spec(bb, preset, seed, None, steps, mode, eval_precision)))
+            if group is first and later_baselines:
+                jobs += later_baselines
+                later_baselines = []
     if "glove" not in [j[1] for j in jobs if j[0] == "baseline"]:
         jobs.append(("baseline", "glove"))
     if eval_precision == "bf16" and "minilm" in backbones:

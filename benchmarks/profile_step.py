@@ -81,7 +81,7 @@ def profile_loop(steps: int, warmup: int, threads: int, ops: bool) -> dict:
         logging_step = (step + 1) % cfg.log_steps == 0 or step + 1 == total
         stamps.append(time.perf_counter())
         with torch.autocast(ctx.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            pooled = model(batch, length_buckets=cfg.length_buckets)
+            pooled = model(batch, length_buckets=cfg.forward_buckets(ctx.device.type))
         if logging_step:
             pooled.retain_grad()
         stamps.append(time.perf_counter())
@@ -149,7 +149,7 @@ def profile_loop(steps: int, warmup: int, threads: int, ops: bool) -> dict:
         batch = corpus.batch(plan.indices(0)[local])
         batch = {k: torch.cat([v, v]) for k, v in batch.items()}
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            pooled = model(batch, length_buckets=cfg.length_buckets)
+            pooled = model(batch, length_buckets=cfg.forward_buckets(ctx.device.type))
             out = contrastive_loss(pooled[:64], pooled[64:], objective)
             out.loss.backward()
             torch.nn.utils.clip_grad_norm_(encoder.parameters(), cfg.max_grad_norm)

@@ -50,7 +50,10 @@ class TrainConfig:
     seed: int = 42
     precision: str = "fp32"
     num_threads: int | None = None
-    length_buckets: int = 4  # forward each batch as this many length-sorted chunks, each padded to its own longest
+    # forward each batch as this many length-sorted slices, each padded to its own longest sentence; None = 4 on CPU
+    # (less padding computed: 1.1x faster steps) and 1 on GPUs (where each slice's host sync and kernel launches
+    # cost more than the padding: 3x slower steps measured on an H200)
+    length_buckets: int | None = None
     fast_cpu_dropout: bool = True  # on CPU, draw dropout masks with numpy (mixcse/fast_dropout.py): ~3x cheaper
     # evaluation / checkpoints
     data_dir: str | None = None  # SentEval layout; STS-B dev selects the best checkpoint
@@ -71,6 +74,12 @@ class TrainConfig:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
+    def forward_buckets(self, device_type: str) -> int:
+        """``length_buckets`` as set, or its default for the device (4 on CPU, 1 elsewhere)."""
+        if self.length_buckets is not None:
+            return self.length_buckets
+        return 4 if device_type == "cpu" else 1
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -84,9 +93,9 @@ class TrainConfig:
             raise ConfigError(f"pooler must be one of {', '.join(POOLERS)}, got {self.pooler!r}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        positive = ["batch_size", "max_seq_length", "epochs", "eval_steps", "log_steps", "eval_batch_size",
-                    "length_buckets"]
-        for name in positive + ["max_steps", "save_steps", "max_sentences", "early_stopping_patience", "num_threads"]:
+        positive = ["batch_size", "max_seq_length", "epochs", "eval_steps", "log_steps", "eval_batch_size"]
+        for name in positive + ["max_steps", "save_steps", "max_sentences", "early_stopping_patience", "num_threads",
+                                "length_buckets"]:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"config key {name!r} must be >= 1, got {value}")

@@ -208,6 +208,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     del sentences
 
     optimizer = build_optimizer(encoder, cfg, ctx.device)
+    buckets = cfg.forward_buckets(ctx.device.type)
     warmup = int(cfg.warmup_ratio * total_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(total_steps, warmup))
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
@@ -322,7 +323,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         n = batch["input_ids"].shape[0] // 2
         logging_step = (step + 1) % cfg.log_steps == 0 or step + 1 == total_steps
         with torch.autocast(ctx.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            pooled = model(batch, length_buckets=cfg.length_buckets)
+            pooled = model(batch, length_buckets=buckets)
         if logging_step:
             pooled.retain_grad()
         z1 = distributed.gather_with_local_grad(pooled[:n], ctx)

@@ -37,6 +37,14 @@ def test_bad_config_is_one_clear_error(values, message):
         build_config(BASE | values)
 
 
+def test_length_buckets_default_per_device():
+    assert TrainConfig().forward_buckets("cpu") == 4  # less padding: faster on CPU
+    assert TrainConfig().forward_buckets("cuda") == 1  # per-slice syncs and launches: slower on a GPU
+    assert TrainConfig(length_buckets=2).forward_buckets("cuda") == 2
+    with pytest.raises(ConfigError, match="length_buckets"):
+        build_config({"model": "m", "train_file": "f", "output_dir": "o", "length_buckets": 0}).validate()
+
+
 def test_presets_are_named_and_overridable(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("model: m\ntrain_file: t\noutput_dir: o\nloss: mixcse-wo-sg\n")
