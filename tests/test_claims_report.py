@@ -1,0 +1,56 @@
+"""The claims report (benchmarks/claims_report.py): paired verdicts with a t-test, tables, README block."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+claims_report = pytest.importorskip("claims_report")
+
+
+def synthetic_results() -> dict:
+    """Three seeds of SimCSE and MixCSE on one backbone, built from a recorded run, with known STS averages."""
+    recorded = json.loads((BENCH / "results" / "paper_claims.json").read_text())
+    template = next(r for r in recorded["runs"] if r["backbone"] == "minilm")
+    runs = []
+    for seed, (sim_avg, mix_avg) in enumerate([(79.0, 79.5), (79.2, 79.4), (78.9, 79.6)]):
+        for preset, avg in (("simcse", sim_avg), ("mixcse", mix_avg)):
+            r = copy.deepcopy(template)
+            r.update(preset=preset, seed=seed, lam=None if preset == "simcse" else 0.2)
+            r["sts"]["avg"] = avg
+            runs.append(r)
+    return {"runs": runs, "baselines": [], "settings": recorded.get("settings", {})}
+
+
+def test_verdicts_pair_by_seed_with_a_t_test():
+    from scipy import stats
+
+    data = synthetic_results()
+    lines = "\n".join(claims_report.verdicts(data, "minilm"))
+    diffs = [0.5, 0.2, 0.7]
+    p = stats.ttest_1samp(diffs, 0.0).pvalue
+    assert f"paired t-test p = {p:.2g} (n=3)" in lines
+    assert "better on 3/3 seeds" in lines
+    one_seed = {**data, "runs": [r for r in data["runs"] if r["seed"] == 0]}
+    assert "a single seed: untested" in "\n".join(claims_report.verdicts(one_seed, "minilm"))
+
+
+def test_readme_block_is_replaced_between_markers_only(tmp_path):
+    data = synthetic_results()
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\nbefore\n{claims_report.README_BEGIN}\nold tables\n{claims_report.README_END}\nafter\n")
+    assert claims_report.update_readme(data, readme)
+    text = readme.read_text()
+    assert text.startswith("# title\nbefore\n") and text.endswith(f"{claims_report.README_END}\nafter\n")
+    assert "old tables" not in text
+    assert "| MixCSE |" in text and "STS (Spearman ×100):" in text and "Transfer (test accuracy ×100):" in text
+    no_markers = tmp_path / "OTHER.md"
+    no_markers.write_text("nothing to replace\n")
+    assert not claims_report.update_readme(data, no_markers)
+    assert no_markers.read_text() == "nothing to replace\n"
