@@ -26,6 +26,11 @@ _LEVELS = 1 << 16
 
 
 class FastDropout(nn.Module):
+    """``nn.Dropout(p)`` with the keep mask drawn by numpy (CPU tensors; other devices use torch's dropout).
+
+    Input: any tensor x. Output: in training, x * keep / (1 - p') with keep ~ Bernoulli(1 - p') independently per
+    element, p' = round(p * 65536) / 65536; in eval mode, x. Gradient: the same mask and scale."""
+
     def __init__(self, p: float):
         super().__init__()
         if not 0.0 <= p < 1.0:

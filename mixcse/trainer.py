@@ -204,6 +204,8 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     encoder, tokenizer, _ = load_encoder(cfg.model, pooler=cfg.pooler, mlp_only_train=cfg.mlp_only_train,
                                          trust_remote_code=cfg.trust_remote_code)
     prepare_for_training(encoder, cfg, ctx.device)
+    if ctx.rank:  # every rank starts from the same weights, but draws its own dropout masks (rank 0 keeps `seed`)
+        seed_everything(int(np.random.SeedSequence([cfg.seed, ctx.rank]).generate_state(1)[0]))
     corpus = TokenizedCorpus(sentences, tokenizer, cfg.max_seq_length, plan.used_indices(total_steps))
     del sentences
 

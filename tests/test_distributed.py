@@ -52,6 +52,8 @@ def test_two_gloo_processes_equal_one_process(deterministic_bert, synthetic_data
     single, single_loss = one_step(recipe, tmp_path / "single", 1)
     ddp, ddp_loss = one_step(recipe, tmp_path / "ddp", 2)
     assert len(ddp["rng"]) == 2 and len(single["rng"]) == 1  # one RNG state per rank
+    assert not torch.equal(ddp["rng"][0]["torch"], ddp["rng"][1]["torch"])  # ranks draw different dropout masks
+    assert torch.equal(ddp["rng"][0]["torch"], single["rng"][0]["torch"])  # rank 0 keeps the run's seed stream
     assert abs(single_loss["loss"] - ddp_loss["loss"]) <= 1e-6
     assert abs(single_loss["mix_cos" if loss_name == "mixcse" else "neg_cos"]
                - ddp_loss["mix_cos" if loss_name == "mixcse" else "neg_cos"]) <= 1e-6
