@@ -119,8 +119,10 @@ def load_backbone(name_or_path: str, *, trust_remote_code: bool = False):
         raise MixCSEError(f"model path does not exist: {name_or_path}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+        # float32 master weights whatever the checkpoint's dtype (transformers 5 loads a half-precision checkpoint
+        # in half precision, which AdamW cannot train); bf16/fp16 compute is autocast's job (`precision`).
         backbone = AutoModel.from_pretrained(
-            name_or_path, trust_remote_code=trust_remote_code, use_safetensors=True
+            name_or_path, trust_remote_code=trust_remote_code, use_safetensors=True, dtype=torch.float32
         )
     except (OSError, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -60,3 +60,17 @@ def test_small_batches_fall_back_to_one_pass(tiny_bert):
     batch = dict(tokenizer(varied_sentences(3), padding=True, return_tensors="pt", return_token_type_ids=False))
     with torch.no_grad():
         torch.testing.assert_close(encoder(batch, length_buckets=4), encoder(batch))
+
+
+def test_half_precision_checkpoint_trains_in_float32(tiny_bert, tmp_path):
+    """transformers 5 would load an fp16 checkpoint in fp16; mixcse keeps float32 master weights."""
+    import shutil
+
+    from transformers import AutoModel
+
+    half = tmp_path / "half"
+    shutil.copytree(tiny_bert, half)
+    AutoModel.from_pretrained(str(tiny_bert)).half().save_pretrained(str(half))
+    assert AutoModel.from_pretrained(str(half)).embeddings.word_embeddings.weight.dtype == torch.float16
+    encoder, _, _ = load_encoder(str(half), pooler="cls")
+    assert {p.dtype for p in encoder.parameters()} == {torch.float32}
