@@ -49,8 +49,8 @@ class SentenceEncoder:
         name_or_path = str(name_or_path)
         encoder, tokenizer, info = load_encoder(name_or_path, pooler=pooler, trust_remote_code=trust_remote_code)
         encoder.eval()
-        if device:
-            encoder.to(device)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")  # as sentence-transformers does
+        encoder.to(device)
         return cls(encoder, tokenizer, max_seq_length=info["max_seq_length"],
                    fingerprint=_fingerprint(name_or_path, encoder.test_pooler), device=device)
 
