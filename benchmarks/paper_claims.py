@@ -39,7 +39,7 @@ Budget (measured on this 2-vCPU machine, 2026-11-29):
   * per MiniLM run: ~8-10 min training (200 steps + 9 dev evaluations) + ~14 min final evaluation = ~24 min; the
     stand-in is cheaper (smaller model, 256-d probes).
   Defaults: MiniLM 200 steps, STS-B dev every 25 (the issue's reference run); stand-in 250 steps, every 25 (the
-  CPU recipe's length). The whole default (24 runs + 5 baseline rows) is ~8 h here, not the two hours the issue
+  CPU recipe's length). The whole default (24 runs + 5 baseline rows) is 5-8 h here, not the two hours the issue
   asks for: the full STS + transfer protocol alone costs ~14 min per model on 2 vCPUs. The order of the jobs makes
   partial results most useful (see plan()); --backbones, --presets, --seeds and --steps shrink it, and every run
   is cached, so it fills over several sittings.
