@@ -153,8 +153,9 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
         pool = ProcessPoolExecutor(max_workers=min(workers, len(transfer)),
                                    mp_context=multiprocessing.get_context("spawn"))
         # the inner-CV tasks (10 x 10 folds x the C grid) first, the larger first: they take most of the time
-        for task in sorted(transfer, key=lambda t: (t not in T.INNER_CV_TASKS, -len(_sentences(t, loaded[t])))):
-            sents = list(dict.fromkeys(_sentences(task, loaded[task])))
+        task_sentences = {t: list(dict.fromkeys(_sentences(t, loaded[t]))) for t in transfer}
+        for task in sorted(transfer, key=lambda t: (t not in T.INNER_CV_TASKS, -len(task_sentences[t]))):
+            sents = task_sentences[task]
             futures[task] = (time.perf_counter(), pool.submit(_run_transfer, task, loaded[task],
                                                               _Embeddings(sents, embed(sents)), clf, kfold))
     try:
