@@ -54,3 +54,18 @@ def test_readme_block_is_replaced_between_markers_only(tmp_path):
     no_markers.write_text("nothing to replace\n")
     assert not claims_report.update_readme(data, no_markers)
     assert no_markers.read_text() == "nothing to replace\n"
+
+
+def test_extras_are_paired_with_mixcse_at_the_default_lambda():
+    data = synthetic_results()
+    mix = [r for r in data["runs"] if r["preset"] == "mixcse"]
+    for r, avg in zip(mix, (79.9, 79.5, 79.6)):  # λ = 0.3: +0.4, +0.1, 0.0 over λ = 0.2
+        extra = copy.deepcopy(r)
+        extra.update(lam=0.3)
+        extra["sts"]["avg"] = avg
+        data["runs"].append(extra)
+    lines = claims_report.extras_lines(data, "minilm")
+    assert len(lines) == 1 and lines[0].startswith("- MixCSE λ=0.3 − MixCSE λ=0.2: STS avg +0.17 ± 0.21 (n=3")
+    assert "better on 2/3 seeds" in lines[0]
+    assert "## Beyond the paper" in claims_report.render(data, [])
+    assert claims_report.extras_lines({**data, "runs": mix}, "minilm") == []
