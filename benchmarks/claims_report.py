@@ -361,9 +361,11 @@ def extras_lines(data: dict, backbone: str) -> list[str]:
             continue
         other = {r["seed"]: r for r in group}
         d_sts, d_tr = paired(other, full, sts_avg), paired(other, full, transfer_avg)
+        clipped = [curve_mean(r, "lam_clipped", second_half=False) for r in group]
+        note = f"; the bound lowered λ for {cell(clipped, 3)} of the pairs per step" if _finite(clipped) else ""
         lines.append(f"- {variant_label(preset, lam)} − MixCSE λ=0.2: STS avg {pm(d_sts)}{_wins(d_sts)}; "
                      f"transfer avg {pm(d_tr)}{_wins(d_tr)} ({cell([sts_avg(r) for r in group])} / "
-                     f"{cell([transfer_avg(r) for r in group])}).")
+                     f"{cell([transfer_avg(r) for r in group])}{note}).")
     return lines
 
 

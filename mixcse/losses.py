@@ -146,7 +146,8 @@ def _mixed_logits(
     anchors: torch.Tensor, positives: torch.Tensor, sim: torch.Tensor, off_diagonal: torch.Tensor,
     objective: ContrastiveObjective,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mixed-negative logits h_i.m'_ij / tau (j = i removed) and their mean cosine (detached, for logging).
+    """Mixed-negative logits h_i.m'_ij / tau (j = i removed) and logged stats: their mean cosine and, with the
+    bound, the share of pairs j != i whose lambda it lowered (both detached).
 
     A function of its own so that its N x N temporaries are freed on return, before the caller's softmax.
     """
@@ -155,13 +156,14 @@ def _mixed_logits(
         pos_gram = (positives @ positives.T).detach()
     else:
         mix_sim, pos_gram = sim, positives @ positives.T
-    lam = objective.lam
+    lam, stats = objective.lam, {}
     if objective.lam_bound:
         lam = bounded_lambda(sim.detach(), pos_gram.detach(), objective.lam)
+        stats["lam_clipped"] = _off_diagonal_mean((lam < objective.lam).to(sim.dtype))
     mixed = mixed_similarities(mix_sim, pos_gram, lam)
-    mix_cos = _off_diagonal_mean(mixed)
+    stats["mix_cos"] = _off_diagonal_mean(mixed)
     # j = i would mix the positive with itself: not a negative, so it is removed from the denominator.
-    return (mixed / objective.temperature).masked_fill(~off_diagonal, float("-inf")), mix_cos
+    return (mixed / objective.temperature).masked_fill(~off_diagonal, float("-inf")), stats
 
 
 def _one_direction(
@@ -181,7 +183,8 @@ def _one_direction(
 
     with torch.no_grad():  # logged only: no graph, so no saved N x N softmax for it
         simcse_loss = F.cross_entropy(simcse_logits, labels)
-    mixed_logits, stats["mix_cos"] = _mixed_logits(anchors, positives, sim, off_diagonal, objective)
+    mixed_logits, mix_stats = _mixed_logits(anchors, positives, sim, off_diagonal, objective)
+    stats.update(mix_stats)
     loss = F.cross_entropy(torch.cat([simcse_logits, mixed_logits], dim=1), labels)
     return loss, simcse_loss, stats
 

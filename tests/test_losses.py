@@ -127,6 +127,18 @@ def test_lam_bound_keeps_mixed_negatives_below_the_positive():
     assert torch.isfinite(contrastive_loss(z1, z2, PRESETS["mixcse-bound"]).loss)
 
 
+def test_lam_bound_logs_the_share_of_clipped_pairs():
+    z1, z2 = views(n=32, d=6, seed=2)  # low dimension: many pairs are closer than the positive
+    bound = ContrastiveObjective(lam=0.5, lam_bound=True)
+    h1, h2 = F.normalize(z1.detach(), dim=-1), F.normalize(z2.detach(), dim=-1)
+    off = ~torch.eye(32, dtype=torch.bool)
+    share = [(bounded_lambda(a @ b.T, b @ b.T, 0.5)[off] < 0.5).double().mean() for a, b in ((h1, h2), (h2, h1))]
+    expected = (share[0] + share[1]) / 2  # the two directions, averaged like every logged stat
+    stats = contrastive_loss(z1, z2, bound).stats
+    assert 0 < expected < 1 and stats["lam_clipped"].item() == pytest.approx(expected.item())
+    assert "lam_clipped" not in contrastive_loss(z1, z2, PRESETS["mixcse"]).stats
+
+
 def literal_released(z1, z2, lam, tau):
     """The released code's loss, written from its description in docs/released-code.md as plain loops."""
     n = z1.shape[0]
