@@ -196,6 +196,9 @@ def task_table(data: dict, backbone: str, section: str) -> list[str]:
     if backbone == "minilm":  # GloVe has no backbone: shown once, with the primary backbone
         rows += _baseline_rows(data["baselines"], "glove", section, tasks)
     for (preset, lam, steps, mode), runs in groups(data["runs"], backbone).items():
+        runs = [r for r in runs if r.get(section)]  # runs recorded without transfer have no transfer row
+        if not runs:
+            continue
         label = variant_label(preset, lam) + ("" if mode == "test" else f" [{mode}]")
         rows.append([label, str(steps), str(len(runs))]
                     + [cell([(r.get(section) or {}).get(t) for r in runs], show_n=False) for t in tasks]

@@ -114,6 +114,7 @@ class Spec:
     eval_steps: int
     mode: str
     eval_precision: str
+    transfer: bool = True  # False: STS + analysis only; weights kept so that a later sitting adds transfer
 
     @property
     def key(self) -> tuple:
@@ -135,17 +136,18 @@ def baseline_key(b: dict) -> tuple:
 
 
 def make_spec(backbone: str, preset: str, seed: int, lam_override, steps: int | None, mode: str,
-              eval_precision: str) -> Spec:
+              eval_precision: str, transfer: bool = True) -> Spec:
     from mixcse.losses import objective_from_preset
 
     cfg = BACKBONES[backbone]
     n = steps or cfg["steps"]
     every = cfg["eval_steps"] if steps is None else max(1, min(cfg["eval_steps"], n // 4 or 1))
     lam = objective_from_preset(preset, lam=lam_override).lam
-    return Spec(backbone, preset, seed, lam, lam_override, n, every, mode, eval_precision)
+    return Spec(backbone, preset, seed, lam, lam_override, n, every, mode, eval_precision, transfer)
 
 
-def plan(backbones, presets, seeds, extras: bool, steps, mode, eval_precision) -> list[tuple[str, object]]:
+def plan(backbones, presets, seeds, extras: bool, steps, mode, eval_precision,
+         transfer: bool = True) -> list[tuple[str, object]]:
     """Jobs in the order that makes partial results most informative: raw MiniLM; MiniLM SimCSE & MixCSE (all
     seeds); the GloVe baseline row (no training, minutes); MiniLM other presets; stand-in baselines ([CLS], mean
     pooling), stand-in SimCSE & MixCSE, then the rest; then EXTRAS."""
@@ -161,7 +163,7 @@ def plan(backbones, presets, seeds, extras: bool, steps, mode, eval_precision) -
         for group in (first, rest):
             for seed in seeds:
                 for preset in group:
-                    jobs.append(("run", make_spec(bb, preset, seed, None, steps, mode, eval_precision)))
+                    jobs.append(("run", make_spec(bb, preset, seed, None, steps, mode, eval_precision, transfer)))
             if group is first and ("baseline", "glove") not in jobs:
                 jobs.append(("baseline", "glove"))
     if "glove" not in [j[1] for j in jobs if j[0] == "baseline"]:
@@ -172,7 +174,7 @@ def plan(backbones, presets, seeds, extras: bool, steps, mode, eval_precision) -
         for seed in seeds:
             for bb, preset, lam in EXTRAS:
                 if bb in backbones:
-                    jobs.append(("run", make_spec(bb, preset, seed, lam, steps, mode, eval_precision)))
+                    jobs.append(("run", make_spec(bb, preset, seed, lam, steps, mode, eval_precision, transfer)))
     return jobs
 
 
@@ -243,14 +245,15 @@ class Autocast:
             return self.encoder.encode(sentences, batch_size=batch_size)
 
 
-def evaluate_model(encoder, mode: str, eval_precision: str, workers: int = 1) -> tuple[dict, float]:
+def evaluate_model(encoder, mode: str, eval_precision: str, workers: int = 1,
+                   tasks: tuple[str, ...] = TASKS) -> tuple[dict, float]:
     from mixcse.evaluation import evaluate, resolve_encoder
 
     t0 = time.perf_counter()
     encoder = resolve_encoder(encoder)
     if eval_precision == "bf16" and hasattr(encoder, "encode"):
         encoder = Autocast(encoder)
-    res = evaluate(encoder, tasks=TASKS, data_dir=str(DOWNSTREAM), mode=mode,
+    res = evaluate(encoder, tasks=tasks, data_dir=str(DOWNSTREAM), mode=mode,
                    classifier="sklearn", batch_size=EVAL_BATCH, verbose=True, workers=workers)
     return res, time.perf_counter() - t0
 
@@ -260,9 +263,11 @@ def summarise_eval(res: dict) -> dict:
 
     sts = {t: v["spearman"] for t, v in res["sts"].items() if t != "avg"}
     sts["avg"] = res["sts"]["avg"]
-    transfer = {t: v["acc"] for t, v in res["transfer"].items() if t != "avg"}
-    transfer["avg"] = res["transfer"]["avg"]
-    out = {"sts": sts, "transfer": transfer, "mrpc_f1": res["transfer"].get("MRPC", {}).get("f1"),
+    transfer = None  # not evaluated (--no-transfer)
+    if "transfer" in res:
+        transfer = {t: v["acc"] for t, v in res["transfer"].items() if t != "avg"}
+        transfer["avg"] = res["transfer"]["avg"]
+    out = {"sts": sts, "transfer": transfer, "mrpc_f1": (res.get("transfer") or {}).get("MRPC", {}).get("f1"),
            "analysis": {**{k: res["analysis"][k] for k in ("alignment", "uniformity", "max_angle", "mean_angle",
                                                              "mean_cosine")}, "splits": "STS-B dev+test"},
            "eval_settings": {"mode": res["settings"]["mode"], "classifier": res["settings"]["classifier"],
@@ -359,7 +364,8 @@ def train_and_evaluate(spec: Spec, workers: int = 1) -> dict:
         result = mixcse.train(cfg, overwrite=True, progress=False)
         train_wall = time.perf_counter() - t0
     curves = read_curves(out / "metrics.jsonl")
-    res, eval_secs = evaluate_model(str(out / "best"), spec.mode, spec.eval_precision, workers)
+    tasks = TASKS if spec.transfer else tuple(t for t in TASKS if t != "transfer")
+    res, eval_secs = evaluate_model(str(out / "best"), spec.mode, spec.eval_precision, workers, tasks)
     record = {"backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
               "steps": spec.steps, "mode": spec.mode, "eval_precision": spec.eval_precision,
               "eval_steps": spec.eval_steps,
@@ -399,6 +405,21 @@ def acquire_lock():
     return path
 
 
+def pending_jobs(jobs: list[tuple[str, object]], data: dict, mode: str, eval_precision: str) -> list:
+    """The jobs not recorded yet. A run recorded without transfer (--no-transfer) is still to do for a job that
+    wants transfer; its kept weights spare the training."""
+    done_runs = {run_key(r) for r in data["runs"]}
+    with_transfer = {run_key(r) for r in data["runs"] if r.get("transfer") is not None}
+    done_base = {baseline_key(b) for b in data["baselines"]}
+
+    def done(kind: str, job) -> bool:
+        if kind == "run":
+            return job.key in (with_transfer if job.transfer else done_runs)
+        return (job, mode, "fp32" if job.endswith("-fp32") else eval_precision) in done_base
+
+    return [(kind, job) for kind, job in jobs if not done(kind, job)]
+
+
 def _eta(data: dict, pending: list[tuple[str, object]]) -> str:
     """Expected remaining time from the recorded runs' own times (per backbone), else the probe's figures."""
     fallback = {"minilm": 19 * 60, "standin": 9 * 60}  # the probe's figures at load ~3-4 (docstring)
@@ -434,6 +455,10 @@ def main(argv=None) -> int:
                     help="precision of the final evaluation's inference (selection on STS-B dev is always fp32)")
     ap.add_argument("--report-only", action="store_true", help="regenerate docs/results.md and figures, no training")
     ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--no-transfer", action="store_true",
+                    help="final evaluation of new runs on the STS tasks (+ analysis) only: ~10 of a MiniLM run's ~17 "
+                         "min are the transfer probes. Such a run keeps its weights; a later sitting without the flag "
+                         "adds its transfer scores without retraining")
     ap.add_argument("--dry-run", action="store_true", help="print the plan (done / to do) and exit")
     ap.add_argument("--results", type=Path, default=None, help=f"results JSON (default {RESULTS_JSON})")
     ap.add_argument("--docs", type=Path, default=claims_report.DOCS, help="where results.md and figures go")
@@ -469,18 +494,13 @@ def main(argv=None) -> int:
     for p in presets:
         if p not in PRESETS:
             ap.error(f"unknown preset {p!r}; choose from {', '.join(PRESETS)}")
-    jobs = plan(backbones, presets, seeds, args.extras, args.steps, args.mode, args.eval_precision)
+    jobs = plan(backbones, presets, seeds, args.extras, args.steps, args.mode, args.eval_precision,
+                transfer=not args.no_transfer)
     if args.no_baselines:
         jobs = [j for j in jobs if j[0] != "baseline"]
 
-    def bkey(name: str) -> tuple:
-        return (name, args.mode, "fp32" if name.endswith("-fp32") else args.eval_precision)
-
     data = load_results()
-    done_runs = {run_key(r) for r in data["runs"]}
-    done_base = {baseline_key(b) for b in data["baselines"]}
-    pending = [j for j in jobs if (j[0] == "run" and j[1].key not in done_runs)
-               or (j[0] == "baseline" and bkey(j[1]) not in done_base)]
+    pending = pending_jobs(jobs, data, args.mode, args.eval_precision)
     print(f"[paper_claims] {len(jobs)} jobs, {len(jobs) - len(pending)} already recorded, {len(pending)} to do; "
           f"ETA {_eta(data, pending)}", flush=True)
     if args.dry_run:
@@ -504,7 +524,8 @@ def main(argv=None) -> int:
                 record = train_and_evaluate(job, args.eval_workers)
                 data = save_results(lambda d: d["runs"].__setitem__(
                     slice(None), [r for r in d["runs"] if run_key(r) != job.key] + [record]))
-                cleanup_weights(job)
+                if job.transfer:
+                    cleanup_weights(job)
         except KeyboardInterrupt:
             raise
         except Exception:  # one failed run must not stop the sitting; it is retried next time
@@ -512,7 +533,8 @@ def main(argv=None) -> int:
             traceback.print_exc()
             print(f"[paper_claims] FAILED {label}", flush=True)
             continue
-        summary = f"STS avg {record['sts']['avg']:.2f}, transfer avg {record['transfer']['avg']:.2f}"
+        summary = f"STS avg {record['sts']['avg']:.2f}, transfer avg " + (
+            f"{record['transfer']['avg']:.2f}" if record.get("transfer") else "not evaluated")
         if kind == "run":
             summary += (f", dev {record['raw_dev']:.2f} -> {record['best_dev']:.2f} @ {record['best_step']}; "
                         f"train {record['train_seconds']:.0f} s (wall {record['train_wall_seconds']:.0f} s), "
