@@ -248,7 +248,7 @@ def _wins(diffs: list[float], positive_is_good: bool = True) -> str:
 
     t = statistics.fmean(diffs) / (sd / math.sqrt(len(diffs)))
     p = 2 * stats.t.sf(abs(t), df=len(diffs) - 1)
-    return out + f", paired t-test p = {p:.2g} (n={len(diffs)})"
+    return out + f", paired t-test p = {p:.2g} (n={len(diffs)})" + ("" if p < 0.05 else ", not significant")
 
 
 def verdicts(data: dict, backbone: str) -> list[str]:
