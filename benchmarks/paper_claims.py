@@ -36,13 +36,14 @@ Budget (measured on this 2-vCPU machine, 2026-11-29):
     Encoding: 141 s on an idle machine (2 threads). The transfer probes then take 9-12 min: MR/CR/SUBJ/MPQA refit
     a logistic regression 600 times each (SentEval's nested 10-fold CV). Two probe workers help little here: two
     concurrent probes each ran ~1.7x slower than one alone on these 2 vCPUs.
-  * per MiniLM run: ~8-10 min training (200 steps + 9 dev evaluations) + ~14 min final evaluation = ~24 min; the
-    stand-in is cheaper (smaller model, 256-d probes).
+  * per run, measured on the idle machine (2 threads, 2 probe workers, session 3): MiniLM 13-17 min (200 steps
+    ~4 min, 9 dev evaluations ~1.5 min, final evaluation 9-13 min); the stand-in 6.5-7 min (250 steps ~3 min,
+    final evaluation ~3 min); a MiniLM run with --no-transfer ~7 min (its evaluation ~35 s).
   Defaults: MiniLM 200 steps, STS-B dev every 25 (the issue's reference run); stand-in 250 steps, every 25 (the
-  CPU recipe's length). The whole default (24 runs + 5 baseline rows) is 5-8 h here, not the two hours the issue
-  asks for: the full STS + transfer protocol alone costs ~14 min per model on 2 vCPUs. The order of the jobs makes
-  partial results most useful (see plan()); --backbones, --presets, --seeds and --steps shrink it, and every run
-  is cached, so it fills over several sittings.
+  CPU recipe's length). The whole default (24 runs + 5 baseline rows) is ~5 h here, not the two hours the issue
+  asks for: the full STS + transfer protocol alone costs ~10 min per MiniLM model on 2 vCPUs. The order of the jobs
+  makes partial results most useful (see plan()); --backbones, --presets, --seeds, --steps and --no-transfer
+  shrink it, and every run is cached, so it fills over several sittings.
 """
 
 from __future__ import annotations
