@@ -69,3 +69,18 @@ def test_extras_are_paired_with_mixcse_at_the_default_lambda():
     assert "better on 2/3 seeds" in lines[0]
     assert "## Beyond the paper" in claims_report.render(data, [])
     assert claims_report.extras_lines({**data, "runs": mix}, "minilm") == []
+
+
+def test_ablation_order_is_judged_on_seeds_both_have():
+    data = synthetic_results()  # MixCSE STS avg 79.5 / 79.4 / 79.6 on seeds 0 / 1 / 2 (mean 79.5)
+    template = next(r for r in data["runs"] if r["preset"] == "mixcse")
+    for preset, avgs in (("mixcse-single", {0: 79.48, 2: 79.58}), ("mixcse-wo-sg", {0: 79.3, 2: 79.4})):
+        for seed, avg in avgs.items():
+            r = copy.deepcopy(template)
+            r.update(preset=preset, seed=seed)
+            r["sts"]["avg"] = avg
+            data["runs"].append(r)
+    line = next(x for x in claims_report.verdicts(data, "minilm") if x.startswith("3."))
+    # single's mean (79.53) is above full's (79.50), but on the seeds both ran full is ahead by 0.02 each time
+    assert "full − single +0.02 ± 0.00 (n=2)" in line and "full > single: **held**" in line
+    assert "single > wo-sg: **held**" in line and ".* **held**: 79.50 / 79.53 / 79.35" in line
