@@ -49,9 +49,10 @@ def probe(path: str, pooler: str, lams: list[float], batches: int, batch_size: i
             positives.append(sim.diagonal().mean().item())
             for lam in lams:
                 bounded = bounded_lambda(sim, gram, lam)
+                pairs = bounded[off]
                 r = rows[lam]
-                r.setdefault("clipped_share", []).append((bounded[off] < lam).float().mean().item())
-                clipped = bounded[off][bounded[off] < lam]
+                r.setdefault("clipped_share", []).append((pairs < lam).float().mean().item())
+                clipped = pairs[pairs < lam]
                 if clipped.numel():
                     r.setdefault("mean_clipped_lam", []).append(clipped.mean().item())
                 r.setdefault("mix_cos", []).append(mixed_similarities(sim, gram, lam)[off].mean().item())
