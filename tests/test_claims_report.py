@@ -84,3 +84,46 @@ def test_ablation_order_is_judged_on_seeds_both_have():
     # single's mean (79.53) is above full's (79.50), but on the seeds both ran full is ahead by 0.02 each time
     assert "full − single +0.02 ± 0.00 (n=2)" in line and "full > single: **held**" in line
     assert "single > wo-sg: **held**" in line and ".* **held**: 79.50 / 79.53 / 79.35" in line
+
+
+def synthetic_probe(avgs: dict[str, list[float]]) -> dict:
+    """A steps_probe.py result with the given STS averages per variant (one per seed)."""
+    runs = []
+    for variant, values in avgs.items():
+        for seed, avg in enumerate(values):
+            sts = {t: avg for t in claims_report.STS_TASKS} | {"avg": avg}
+            runs.append({"preset": variant, "seed": seed, "best_step": 100, "sts": sts})
+    return {"settings": {"steps": 200, "lr": 1e-5, "pooler": "avg", "eval_steps": 25}, "runs": runs}
+
+
+def test_probe_section_pairs_by_seed_and_judges_the_ablation_chain():
+    from scipy import stats
+
+    avgs = {"simcse": [79.0, 79.2, 78.9, 79.1], "mixcse": [79.5, 79.4, 79.6, 79.3],
+            "mixcse-single": [79.3, 79.4, 79.2, 79.3], "mixcse-wo-sg": [79.1, 79.0, 79.3, 79.0],
+            "mixcse:0.5": [78.0, 78.1, 77.9, 78.2]}
+    lines = claims_report.probe_section(synthetic_probe(avgs))
+    text = "\n".join(lines)
+    assert "| MixCSE λ=0.5 | 4 |" in text and "| SimCSE | 4 |" in text
+    mix_sim = next(line for line in lines if line.startswith("- MixCSE − SimCSE:"))
+    diffs = [m - s for m, s in zip(avgs["mixcse"], avgs["simcse"])]
+    assert f"p = {stats.ttest_1samp(diffs, 0.0).pvalue:.2g} (n=4)" in mix_sim
+    assert f"Levene p = {stats.levene(avgs['mixcse'], avgs['simcse']).pvalue:.2g}" in mix_sim
+    chain = [line for line in lines if line.startswith(("- MixCSE − MixCSE single", "- MixCSE single − MixCSE wo-sg"))]
+    assert len(chain) == 2 and all("Levene" not in line for line in chain)  # spread is judged against the reference
+    assert "- MixCSE λ=0.5 − SimCSE: STS avg -1.00 ± 0.08" in text and "better on 0/4 seeds" in text
+    assert claims_report.probe_section({"runs": []}) == []
+
+
+def test_probe_files_are_rendered_into_the_report(tmp_path):
+    data = synthetic_results()
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "paper_claims.json").write_text(json.dumps(data))
+    (results / "seeds_probe_gpu.json").write_text(json.dumps(synthetic_probe({"simcse": [79.0, 79.1],
+                                                                               "mixcse": [79.3, 79.5]})))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    text = claims_report.report(results / "paper_claims.json", docs, figures=False, quiet=True)
+    assert claims_report.PROBES_HEADING in text and "- MixCSE − SimCSE: STS avg +0.35 ± 0.07 (n=2" in text
+    assert claims_report.PROBES_HEADING in (docs / "results.md").read_text()

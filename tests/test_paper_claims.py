@@ -56,3 +56,15 @@ def test_summary_and_tables_of_a_run_without_transfer():
     data = {"runs": [{**record(spec, transfer=False), **out}], "baselines": []}
     assert any("λ=0.5" in row for row in claims_report.task_table(data, "minilm", "sts"))
     assert not any("λ=0.5" in row for row in claims_report.task_table(data, "minilm", "transfer"))
+
+
+def test_steps_probe_variants_carry_their_lambda_to_the_trainer(tmp_path):
+    from mixcse.config import build_config
+
+    steps_probe = pytest.importorskip("steps_probe")
+    cfg = {"model": "m", "corpus": "c.txt", "data": "d", "pooler": "avg", "lr": 1e-5, "steps": 200,
+           "eval_steps": 25, "threads": 1}
+    half = build_config(steps_probe.train_config(cfg, "mixcse:0.5", 3, str(tmp_path)))
+    default = build_config(steps_probe.train_config(cfg, "mixcse", 3, str(tmp_path)))
+    assert half.objective().lam == 0.5 and default.objective().lam == 0.2 and half.seed == default.seed == 3
+    assert build_config(steps_probe.train_config(cfg, "simcse", 0, str(tmp_path))).objective().lam is None
