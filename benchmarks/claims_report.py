@@ -384,8 +384,6 @@ PROBES = (("seeds_probe_gpu.json", "A: all-MiniLM-L6-v2, the table's recipe, 10 
           ("lambda_probe_gpu.json", "A: λ, the per-pair bound and the released code's loss, 10 seeds"),
           ("seeds_probe_standin_gpu.json", "B: stand-in, the table's recipe, 10 seeds"),
           ("steps_probe_gpu.json", "A: 1,000 steps (STS-B dev every 125), 2 seeds"))
-
-
 PROBES_HEADING = "## More seeds on a lent GPU (STS only)"
 PROBES_INTRO = ("`benchmarks/steps_probe.py` on an NVIDIA H200 (bf16 autocast, 10-12 runs at once): the CPU table's "
                 "recipes over more seeds, STS tasks only (no transfer probes), checkpoint selected on STS-B dev. A "
@@ -424,9 +422,9 @@ def probe_section(probe: dict) -> list[str]:
         spread = ""
         if b == ref and len(diffs) > 2:
             seeds = sorted(set(by[a]) & set(by[b]))
-            p = stats.levene([sts_avg(by[a][s]) for s in seeds], [sts_avg(by[b][s]) for s in seeds]).pvalue
-            spread = f"; spread {statistics.stdev([sts_avg(by[a][s]) for s in seeds]):.2f} vs " \
-                     f"{statistics.stdev([sts_avg(by[b][s]) for s in seeds]):.2f}, Levene p = {p:.2g}"
+            xa, xb = [sts_avg(by[a][s]) for s in seeds], [sts_avg(by[b][s]) for s in seeds]
+            spread = (f"; spread {statistics.stdev(xa):.2f} vs {statistics.stdev(xb):.2f}, "
+                      f"Levene p = {stats.levene(xa, xb).pvalue:.2g}")
         lines.append(f"- {_probe_label(a)} − {_probe_label(b)}: STS avg {pm(diffs)}{_wins(diffs)}{spread}")
     return lines
 
