@@ -7,14 +7,21 @@ table (mean ± std per preset; each preset minus the first paired by seed with a
 claims_report.probe_section, which also puts these files in docs/results.md) and writes every figure and the dev
 curves to --out (JSON) after every run.
 
-    # session 2: does the gap grow with steps?          (benchmarks/results/steps_probe_gpu.json)
-    python benchmarks/steps_probe.py --model MINILM --corpus SENTENCES.txt.gz --data DOWNSTREAM --out probe.json
-    # session 4: the CPU table's recipe over 10 seeds    (benchmarks/results/seeds_probe_gpu.json)
+    # session 2: does the gap grow with steps?               -> benchmarks/results/steps_probe_gpu.json
+    python benchmarks/steps_probe.py --model D/minilm --corpus D/corpus.txt.gz --data D/downstream --out probe.json
+    # session 4: the CPU tables' recipes over 10 seeds         -> seeds_probe_gpu.json, seeds_probe_standin_gpu.json
     python benchmarks/steps_probe.py ... --steps 200 --eval-steps 25 --seeds 0 1 2 3 4 5 6 7 8 9 \
-        --presets simcse mixcse mixcse-single mixcse-wo-sg --jobs 8
+        --presets simcse mixcse mixcse-single mixcse-wo-sg --jobs 10
+    python benchmarks/steps_probe.py --model D/standin ... --steps 250 --eval-steps 25 --lr 3e-5 --pooler cls \
+        --seeds 0 1 2 3 4 5 6 7 8 9 --presets simcse mixcse mixcse-single mixcse-wo-sg --jobs 12
+    # session 4: λ, the bound, the released code's loss, against MixCSE   -> lambda_probe_gpu.json
+    python benchmarks/steps_probe.py ... --steps 200 --eval-steps 25 --seeds 0 1 2 3 4 5 6 7 8 9 \
+        --presets mixcse mixcse:0.1 mixcse:0.3 mixcse:0.5 mixcse-released mixcse-bound --jobs 12
 
---jobs N runs N trainings at once in spawned processes (one small model leaves a GPU mostly idle); each record is
-the same as a sequential run's.
+D is what travelled to the GPU machine (64 MiB at most): minilm = all-MiniLM-L6-v2 saved in fp16, standin =
+../shared/models/mini-wiki-mlm as is, corpus.txt.gz = the first 100,000 lines of the shared corpus, downstream = its
+STS and SICK folders. --jobs N runs N trainings at once in spawned processes (one small model leaves a GPU mostly
+idle); a record is computed as in a sequential run.
 """
 
 from __future__ import annotations
