@@ -34,14 +34,14 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from claims_report import probe_section
+from claims_report import parse_variant, probe_section
 
 
 def train_config(cfg: dict, variant: str, seed: int, output_dir: str) -> dict:
     """The trainer's config for one run. A variant is a preset name, optionally with λ: "mixcse:0.5"."""
-    preset, _, lam = variant.partition(":")
+    preset, lam = parse_variant(variant)
     return {"model": cfg["model"], "train_file": cfg["corpus"], "data_dir": cfg["data"], "output_dir": output_dir,
-            "loss": preset, "lam": float(lam) if lam else None, "seed": seed, "pooler": cfg["pooler"],
+            "loss": preset, "lam": lam, "seed": seed, "pooler": cfg["pooler"],
             "learning_rate": cfg["lr"], "batch_size": 64, "max_seq_length": 32, "max_steps": cfg["steps"],
             "eval_steps": cfg["eval_steps"], "precision": "auto", "log_steps": 25, "num_threads": cfg["threads"]}
 
