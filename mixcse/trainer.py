@@ -22,8 +22,8 @@ from .data import BatchPlan, TokenizedCorpus, read_sentences
 from .encoder import SentenceEncoder
 from .errors import ConfigError, MixCSEError
 from .fast_dropout import use_fast_dropout
-from .losses import contrastive_loss
 from .model import load_encoder
+from .step import make_step
 
 CHECKPOINT_DIR = "checkpoint"
 BEST_DIR = "best"
@@ -210,11 +210,9 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     del sentences
 
     optimizer = build_optimizer(encoder, cfg, ctx.device)
-    buckets = cfg.forward_buckets(ctx.device.type)
     warmup = int(cfg.warmup_ratio * total_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(total_steps, warmup))
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
-    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     model = encoder
     if ctx.enabled:
         device_ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
@@ -317,40 +315,20 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     local = slice(ctx.rank * cfg.batch_size // ctx.world_size, (ctx.rank + 1) * cfg.batch_size // ctx.world_size)
     window_start, window_sentences = time.perf_counter(), 0
     stop = False
+    train_step = make_step(cfg, ctx, model, optimizer, objective, scaler, precision=precision)
     while state["step"] < total_steps and not stop:
         step = state["step"]
         t0 = time.perf_counter()
-        batch = corpus.batch(plan.indices(step)[local])
-        batch = {k: torch.cat([v, v]).to(ctx.device, non_blocking=True) for k, v in batch.items()}  # two views
-        n = batch["input_ids"].shape[0] // 2
-        logging_step = (step + 1) % cfg.log_steps == 0 or step + 1 == total_steps
-        with torch.autocast(ctx.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            pooled = model(batch, length_buckets=buckets)
-        if logging_step:
-            pooled.retain_grad()
-        z1 = distributed.gather_with_local_grad(pooled[:n], ctx)
-        z2 = distributed.gather_with_local_grad(pooled[n:], ctx)
-        out_loss = contrastive_loss(z1, z2, objective)
-        loss = out_loss.loss * ctx.world_size  # DDP averages gradients; the local slice's gradient is complete
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        if cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(encoder.parameters(), cfg.max_grad_norm)
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
+        result = train_step(corpus.batch(plan.indices(step)[local]))
         scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
         state["step"] = step = step + 1
         state["sentences_seen"] += cfg.batch_size
         state["train_seconds"] += time.perf_counter() - t0
         window_sentences += cfg.batch_size
         bar.update(1)
 
-        if logging_step:  # the only host syncs of the loop
+        if step % cfg.log_steps == 0 or step == total_steps:  # the only host syncs of the loop
+            out_loss = result.loss
             loss_value = out_loss.loss.item()
             if not math.isfinite(loss_value):
                 raise MixCSEError(f"non-finite loss ({loss_value}) at step {step}; lower the learning rate or "
@@ -358,7 +336,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
             now = time.perf_counter()
             record = {"step": step, "loss": loss_value, "simcse_loss": out_loss.simcse_loss.item(),
                       "lr": scheduler.get_last_lr()[0],
-                      "anchor_grad_norm": pooled.grad.float().norm(dim=-1).mean().item() * n,
+                      "anchor_grad_norm": result.anchor_grad_norm().item(),
                       "sentences_per_second": window_sentences / max(now - window_start, 1e-9)}
             record.update({k: v.item() for k, v in out_loss.stats.items()})
             log(record)
