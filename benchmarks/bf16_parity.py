@@ -34,23 +34,17 @@ import yaml
 
 
 def speed(rounds: int, threads: int) -> dict:
-    from mixcse.losses import PRESETS, contrastive_loss
+    from mixcse.losses import PRESETS
+    from mixcse.step import make_step
 
-    cfg, encoder, batch, optimizer = recipe_step_setup(threads)
-    objective = PRESETS["mixcse"]
+    cfg, ctx, encoder, batch, optimizer = recipe_step_setup(threads)
+    steps = {precision: make_step(cfg, ctx, encoder, optimizer, PRESETS["mixcse"], precision=precision)
+             for precision in ("fp32", "bf16")}
 
-    def step(dtype):
-        def run():
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
-                pooled = encoder(batch, length_buckets=cfg.forward_buckets("cpu"))
-            out = contrastive_loss(pooled[:64], pooled[64:], objective)
-            out.loss.backward()
-            torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        return run
+    def step(precision):
+        return lambda: steps[precision](batch)
 
-    times = interleaved({"fp32": step(None), "bf16": step(torch.bfloat16)}, repeats=rounds, warmup=1)
+    times = interleaved({"fp32": step("fp32"), "bf16": step("bf16")}, repeats=rounds, warmup=1)
     ratio = paired_ratios(times["fp32"], times["bf16"])
     return {"rounds": rounds, "threads": threads, "fp32_step_s": summarise(times["fp32"]),
             "bf16_step_s": summarise(times["bf16"]), "speedup_bf16": summarise(ratio),

@@ -75,27 +75,37 @@ def read_corpus(n: int, *, skip: int = 0, path: Path = CORPUS) -> list[str]:
     return out
 
 
-def recipe_step_setup(threads: int):
-    """The trainer's CPU step on the stand-in, as `mixcse.train` builds it (TrainConfig defaults: fused AdamW, numpy
-    dropout masks, 4 length buckets; cls pooler + MLP head), and one batch of 64 corpus sentences in two views.
-    Returns (cfg, encoder, batch, optimizer)."""
-    import numpy as np
+def model_setup(cfg, ctx, threads: int, seed: int):
+    """The encoder, tokenizer and optimizer of ``cfg`` on ``ctx.device``, built as `mixcse.train` builds them (seed,
+    load, fused AdamW; on CPU, numpy dropout masks), in training mode. Returns (encoder, tokenizer, optimizer)."""
     import torch
 
-    from mixcse.config import TrainConfig
-    from mixcse.data import TokenizedCorpus
     from mixcse.model import load_encoder
     from mixcse.trainer import build_optimizer, prepare_for_training
 
     torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    cfg, cpu = TrainConfig(), torch.device("cpu")
-    encoder, tokenizer, _ = load_encoder(str(STAND_IN), pooler="cls")
-    prepare_for_training(encoder, cfg, cpu)
+    torch.manual_seed(seed)
+    encoder, tokenizer, _ = load_encoder(cfg.model, pooler=cfg.pooler, mlp_only_train=cfg.mlp_only_train)
+    prepare_for_training(encoder, cfg, ctx.device)
     encoder.train()
-    one_view = TokenizedCorpus(read_corpus(64), tokenizer, 32).batch(np.arange(64))
-    batch = {k: torch.cat([v, v]) for k, v in one_view.items()}
-    return cfg, encoder, batch, build_optimizer(encoder, cfg, cpu)
+    return encoder, tokenizer, build_optimizer(encoder, cfg, ctx.device)
+
+
+def recipe_step_setup(threads: int, **overrides):
+    """The trainer's CPU step on the stand-in, as `mixcse.train` builds it (TrainConfig defaults: fused AdamW, numpy
+    dropout masks, 4 length buckets; cls pooler + MLP head; ``overrides`` replace config keys), and one batch of 64
+    corpus sentences (one view: the step makes the two). Returns (cfg, ctx, encoder, batch, optimizer); the step
+    is ``mixcse.step.make_step(cfg, ctx, encoder, optimizer, objective)``."""
+    import numpy as np
+
+    from mixcse.config import TrainConfig
+    from mixcse.data import TokenizedCorpus
+    from mixcse.distributed import DistContext
+
+    cfg, ctx = TrainConfig(model=str(STAND_IN), pooler="cls", **overrides), DistContext()
+    encoder, tokenizer, optimizer = model_setup(cfg, ctx, threads, seed=0)
+    batch = TokenizedCorpus(read_corpus(64), tokenizer, 32).batch(np.arange(64))
+    return cfg, ctx, encoder, batch, optimizer
 
 
 def interleaved(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 1,

@@ -3,9 +3,10 @@
 Self-contained, no downloads: the encoder is ``transformers.BertModel(BertConfig())`` (BERT-base shape: 12 layers,
 hidden 768, 12 heads, vocab 30522; random weights) inside ``mixcse.model.Encoder`` with the training pooler
 (``cls`` + MLP head); the batch is random token ids ([CLS] ... [SEP], no tokenizer), length 32, two dropout views.
-A step is the trainer's: bf16 autocast forward, ``mixcse.losses.contrastive_loss`` (fp32), backward, grad-norm clip,
-AdamW (``torch.optim.AdamW`` as the trainer builds it), zero_grad. SimCSE and MixCSE alternate in blocks of steps
-after a warm-up; per configuration we report the median block's steps/s.
+A step is the trainer's (``mixcse.step.make_step``, one forward pass): bf16 autocast forward,
+``mixcse.losses.contrastive_loss`` (fp32), backward, grad-norm clip, AdamW (``torch.optim.AdamW`` as the trainer builds
+it), zero_grad. SimCSE and MixCSE alternate in blocks of steps after a warm-up; per configuration we report the
+median block's steps/s.
 
 Achieved TFLOP/s counts, per step, with T = tokens per step (2 views x batch x 32), P = parameters that enter
 matrix multiplies (all but the embedding tables: encoder layers + MLP head; the token/position/type embeddings are
@@ -59,46 +60,46 @@ def flops_per_step(encoder, config, batch: int, seq: int) -> float:
 
 
 def random_batch(config, batch: int, seq: int, device) -> dict[str, torch.Tensor]:
+    """One view of ``batch`` random sentences (the step makes the two dropout views)."""
     g = torch.Generator().manual_seed(batch * 1000 + seq)
     ids = torch.randint(1000, config.vocab_size, (batch, seq), generator=g)
     ids[:, 0], ids[:, -1] = 101, 102  # [CLS] ... [SEP]
-    ids = torch.cat([ids, ids])  # two dropout views of the same sentences
     return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
 
 
 def measure(encoder, config, batch: int, seq: int, device, dtype, blocks: int, steps_per_block: int,
             warmup: int) -> dict:
-    from mixcse.losses import PRESETS, contrastive_loss
     from mixcse.config import TrainConfig
+    from mixcse.distributed import DistContext
+    from mixcse.losses import PRESETS
+    from mixcse.step import make_step
     from mixcse.trainer import build_optimizer
 
     data = random_batch(config, batch, seq, device)
-    optimizer = build_optimizer(encoder, TrainConfig(), device)  # the trainer's: fused AdamW
+    cfg = TrainConfig()
+    optimizer = build_optimizer(encoder, cfg, device)  # the trainer's: fused AdamW
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    precision = {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}[dtype]
+    steps = {name: make_step(cfg, DistContext(device=device), encoder, optimizer, PRESETS[name],
+                             precision=precision, length_buckets=1) for name in ("simcse", "mixcse")}
 
-    def step(objective):
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            pooled = encoder(data)
-        out = contrastive_loss(pooled[:batch], pooled[batch:], objective)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    def step(name):
+        steps[name](data)
 
-    objectives = {"simcse": PRESETS["simcse"], "mixcse": PRESETS["mixcse"]}
+    objectives = list(steps)
     for name in objectives:
         for _ in range(warmup):
-            step(objectives[name])
+            step(name)
     sync()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     per_block: dict[str, list[float]] = {name: [] for name in objectives}
     for b in range(blocks):
-        for name in (list(objectives) if b % 2 == 0 else list(objectives)[::-1]):
+        for name in (objectives if b % 2 == 0 else objectives[::-1]):
             sync()
             t0 = time.perf_counter()
             for _ in range(steps_per_block):
-                step(objectives[name])
+                step(name)
             sync()
             per_block[name].append((time.perf_counter() - t0) / steps_per_block)
     flops = flops_per_step(encoder, config, batch, seq)

@@ -2,13 +2,15 @@
 
 Part 1, training step: one process, the stand-in backbone with the recipe's pooler (cls + MLP head), one batch of
 64 corpus sentences (max length 32, two dropout views = 128 rows), 2 threads. A SimCSE step and a MixCSE step
-(forward + loss + backward + AdamW step + zero_grad) alternate on the same model, optimizer and batch; the figure is
-the median over rounds of the per-round time ratio MixCSE / SimCSE (target <= 1.05).
+(``mixcse.step``'s, without clipping: forward + loss + backward + AdamW step + zero_grad) alternate on the same
+model, optimizer and batch; the figure is the median over rounds of the per-round time ratio MixCSE / SimCSE
+(target <= 1.05).
 
 Part 2, the loss alone at N = 64 ... 1024, d = 768, forward + backward: ``mixcse.losses.contrastive_loss`` with the
-``mixcse`` preset (closed-form mixed logits, N x N matrices only) against ``materialised_mixcse_loss`` below, which
-builds the N x N x d mixtures explicitly. Both compute the same loss (checked here against the closed form in float64: both fp32 results within rounding,
-and the two implementations equal to 1e-10 in float64 for N <= 256).
+``mixcse`` preset (closed-form mixed logits, N x N matrices only) against ``materialised_mixcse_loss``
+(tests/reference.py), which builds the N x N x d mixtures explicitly. Both compute the same loss (checked here
+against the closed form in float64: both fp32 results within rounding, and the two implementations equal to 1e-10 in
+float64 for N <= 256).
 Time is interleaved; peak memory is the high-water mark of torch's CPU allocator during forward + backward, read
 from torch.profiler's memory events (``benchmarks/common.py: peak_cpu_bytes``; self-tested on known allocations).
 
@@ -26,33 +28,8 @@ from common import check_peak_meter, interleaved, paired_ratios, peak_cpu_bytes,
     write_result
 
 import torch
-import torch.nn.functional as F
 
-
-def materialised_mixcse_loss(z1: torch.Tensor, z2: torch.Tensor, lam: float = 0.2, tau: float = 0.05) -> torch.Tensor:
-    """The paper's MixCSE loss (both directions, stop-gradient on the mixtures) with the mixtures materialised.
-
-    m'_ij = normalize(lam h'_i + (1 - lam) h'_j) is built as an (N, N, d) tensor; the mixed logit is h_i . m'_ij.
-    Written to be as lean as a materialising implementation can be without chunking: mixtures built under no_grad
-    (they are constants), normalised in place, contracted with a batched mat-vec (no copy), so the reference's
-    peak is about one (N, N, d) tensor per direction (both are kept for backward).
-    """
-    h1, h2 = F.normalize(z1, dim=-1), F.normalize(z2, dim=-1)
-    n = h1.shape[0]
-    labels = torch.arange(n)
-    eye = torch.eye(n, dtype=torch.bool)
-
-    def one_direction(anchors: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
-        sim = anchors @ positives.T
-        with torch.no_grad():
-            p = positives.detach()
-            mix = lam * p.unsqueeze(1) + (1.0 - lam) * p.unsqueeze(0)  # mix[i, j] = lam h'_i + (1 - lam) h'_j
-            mix.div_(torch.linalg.vector_norm(mix, dim=-1, keepdim=True).clamp_min_(1e-12))
-        mixed = (mix @ anchors.unsqueeze(-1)).squeeze(-1)  # mixed[i, j] = h_i . m'_ij
-        mixed = mixed.masked_fill(eye, float("-inf"))  # j = i is the positive mixed with itself: not a negative
-        return F.cross_entropy(torch.cat([sim / tau, mixed / tau], dim=1), labels)
-
-    return (one_direction(h1, h2) + one_direction(h2, h1)) / 2
+from tests.reference import materialised_mixcse_loss
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -60,24 +37,17 @@ def materialised_mixcse_loss(z1: torch.Tensor, z2: torch.Tensor, lam: float = 0.
 
 
 def step_benchmark(rounds: int, warmup: int, threads: int) -> dict:
-    from mixcse.losses import PRESETS, contrastive_loss
+    from mixcse.losses import PRESETS
+    from mixcse.step import make_step
 
-    cfg, encoder, batch, optimizer = recipe_step_setup(threads)
-
-    def step(objective):
-        def run():
-            pooled = encoder(batch, length_buckets=cfg.forward_buckets("cpu"))
-            out = contrastive_loss(pooled[:64], pooled[64:], objective)
-            out.loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        return run
-
-    times = interleaved({"simcse": step(PRESETS["simcse"]), "mixcse": step(PRESETS["mixcse"])},
+    # The trainer's step without gradient clipping: forward, loss, backward, AdamW step, zero_grad.
+    cfg, ctx, encoder, batch, optimizer = recipe_step_setup(threads, max_grad_norm=None)
+    steps = {name: make_step(cfg, ctx, encoder, optimizer, PRESETS[name]) for name in ("simcse", "mixcse")}
+    times = interleaved({name: (lambda step=step: step(batch)) for name, step in steps.items()},
                         repeats=rounds, warmup=warmup)
     ratios = paired_ratios(times["mixcse"], times["simcse"])
-    return {"batch_shape": list(batch["input_ids"].shape), "threads": threads, "rounds": rounds,
-            "simcse_step_s": summarise(times["simcse"]), "mixcse_step_s": summarise(times["mixcse"]),
+    return {"batch_shape": [2 * len(batch["input_ids"]), batch["input_ids"].shape[1]], "threads": threads,
+            "rounds": rounds, "simcse_step_s": summarise(times["simcse"]), "mixcse_step_s": summarise(times["mixcse"]),
             "ratio": summarise(ratios), "raw": {**times, "ratio": ratios}}
 
 

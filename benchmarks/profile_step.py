@@ -1,8 +1,8 @@
 """Where the time of a mixcse training step goes (issue 4, item 3).
 
-Replays the hot loop of ``mixcse.trainer.train`` statement for statement (same objects: ``BatchPlan``,
-``TokenizedCorpus``, ``load_encoder``, ``contrastive_loss``, AdamW over ``optimizer_groups``, LambdaLR, clipping,
-the logging step's retain_grad and host syncs) on the CPU recipe (recipes/cpu/mixcse-mini.yaml: stand-in backbone,
+Replays the hot loop of ``mixcse.trainer.train`` (same objects: ``BatchPlan``, ``TokenizedCorpus``,
+``load_encoder``, the trainer's step from ``mixcse.step.make_step``, AdamW over ``optimizer_groups``, LambdaLR, the
+logging step's host syncs) on the CPU recipe (recipes/cpu/mixcse-mini.yaml: stand-in backbone,
 cls pooler + MLP head, batch 64, length 32), with a wall-clock stamp between phases. Per phase: median ms per step
 over the measured steps, and its share of the median step. Tokenisation happens once before the loop
 (``TokenizedCorpus``); it is shown amortised per step, and so is the logging of every ``log_steps``-th step.
@@ -23,7 +23,8 @@ import math
 import time
 
 import common  # noqa: F401
-from common import CORPUS, REPO, STAND_IN, interleaved, paired_ratios, read_corpus, summarise, write_result
+from common import CORPUS, REPO, STAND_IN, interleaved, model_setup, paired_ratios, read_corpus, summarise, \
+    write_result
 
 import numpy as np
 import torch
@@ -37,38 +38,27 @@ def build(threads: int, steps: int, precision: str = "fp32"):
     from mixcse import distributed
     from mixcse.config import build_config
     from mixcse.data import BatchPlan, TokenizedCorpus
-    from mixcse.model import load_encoder
-    from mixcse.trainer import build_optimizer, linear_schedule, prepare_for_training, resolve_precision
+    from mixcse.step import make_step
+    from mixcse.trainer import linear_schedule, resolve_precision
 
     recipe = yaml.safe_load((REPO / "recipes/cpu/mixcse-mini.yaml").read_text())
     recipe.update(model=str(STAND_IN), train_file=str(CORPUS), num_threads=threads, precision=precision)
     cfg = build_config(recipe)
-    torch.set_num_threads(cfg.num_threads)
     ctx = distributed.init_from_env()
     sentences = read_corpus(steps * cfg.batch_size)  # the first lines of the corpus: what a run would tokenise
     plan = BatchPlan(len(sentences), cfg.batch_size, cfg.seed)
-    torch.manual_seed(cfg.seed)
-    encoder, tokenizer, _ = load_encoder(cfg.model, pooler=cfg.pooler, mlp_only_train=cfg.mlp_only_train)
-    prepare_for_training(encoder, cfg, ctx.device)
+    encoder, tokenizer, optimizer = model_setup(cfg, ctx, cfg.num_threads, cfg.seed)
     t0 = time.perf_counter()
     corpus = TokenizedCorpus(sentences, tokenizer, cfg.max_seq_length, plan.used_indices(steps))
     tokenise_s = time.perf_counter() - t0
-    optimizer = build_optimizer(encoder, cfg, ctx.device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(steps, 0))
-    precision = resolve_precision(cfg.precision, ctx.device)
-    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    return cfg, ctx, plan, corpus, encoder, optimizer, scheduler, autocast_dtype, tokenise_s
+    step = make_step(cfg, ctx, encoder, optimizer, precision=resolve_precision(cfg.precision, ctx.device))
+    return cfg, plan, corpus, encoder, optimizer, scheduler, step, tokenise_s
 
 
 def profile_loop(steps: int, warmup: int, threads: int, ops: bool) -> dict:
-    from mixcse import distributed
-    from mixcse.losses import contrastive_loss
-
     total = steps + warmup
-    cfg, ctx, plan, corpus, encoder, optimizer, scheduler, autocast_dtype, tokenise_s = build(threads, total)
-    objective = cfg.objective()
-    model = encoder
-    encoder.train()
+    cfg, plan, corpus, encoder, optimizer, scheduler, train_step, tokenise_s = build(threads, total)
     local = slice(0, cfg.batch_size)
     per_step: list[dict[str, float]] = []
     log_times: list[float] = []
@@ -76,40 +66,22 @@ def profile_loop(steps: int, warmup: int, threads: int, ops: bool) -> dict:
     for step in range(total):
         stamps = [time.perf_counter()]
         batch = corpus.batch(plan.indices(step)[local])
-        batch = {k: torch.cat([v, v]).to(ctx.device, non_blocking=True) for k, v in batch.items()}
-        n = batch["input_ids"].shape[0] // 2
         logging_step = (step + 1) % cfg.log_steps == 0 or step + 1 == total
         stamps.append(time.perf_counter())
-        with torch.autocast(ctx.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            pooled = model(batch, length_buckets=cfg.forward_buckets(ctx.device.type))
-        if logging_step:
-            pooled.retain_grad()
-        stamps.append(time.perf_counter())
-        z1 = distributed.gather_with_local_grad(pooled[:n], ctx)
-        z2 = distributed.gather_with_local_grad(pooled[n:], ctx)
-        out_loss = contrastive_loss(z1, z2, objective)
-        loss = out_loss.loss * ctx.world_size
-        stamps.append(time.perf_counter())
-        loss.backward()
-        stamps.append(time.perf_counter())
-        if cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(encoder.parameters(), cfg.max_grad_norm)
-        stamps.append(time.perf_counter())
-        optimizer.step()
-        stamps.append(time.perf_counter())
+        # the shared step, stamped after each phase: forward, loss, backward, clip, optimizer, zero_grad
+        result = train_step(batch, mark=lambda phase: stamps.append(time.perf_counter()))
         scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
         stamps.append(time.perf_counter())
         window_sentences += cfg.batch_size
         t_log = 0.0
         if logging_step:  # what the trainer does on a logging step (json line built, not written)
             t = time.perf_counter()
+            out_loss = result.loss
             loss_value = out_loss.loss.item()
             assert math.isfinite(loss_value)
             now = time.perf_counter()
             record = {"step": step + 1, "loss": loss_value, "simcse_loss": out_loss.simcse_loss.item(),
-                      "lr": scheduler.get_last_lr()[0],
-                      "anchor_grad_norm": pooled.grad.float().norm(dim=-1).mean().item() * n,
+                      "lr": scheduler.get_last_lr()[0], "anchor_grad_norm": result.anchor_grad_norm().item(),
                       "sentences_per_second": window_sentences / max(now - window_start, 1e-9)}
             record.update({k: v.item() for k, v in out_loss.stats.items()})
             json.dumps(record)
@@ -121,8 +93,8 @@ def profile_loop(steps: int, warmup: int, threads: int, ops: bool) -> dict:
         if step >= warmup:
             d = np.diff(stamps)
             per_step.append({"collation (pad + 2 views)": d[0], "forward": d[1], "loss": d[2], "backward": d[3],
-                             "grad clip": d[4], "optimizer step (AdamW)": d[5], "scheduler + zero_grad": d[6],
-                             "progress/bookkeeping": d[7] - t_log, "_logging_step": logging_step})
+                             "grad clip": d[4], "optimizer step (AdamW)": d[5], "scheduler + zero_grad": d[6] + d[7],
+                             "progress/bookkeeping": d[8] - t_log, "_logging_step": logging_step})
         print(f"  step {step + 1}/{total}: {stamps[-1] - stamps[0]:.3f} s{' (warm-up)' if step < warmup else ''}",
               flush=True)
 
@@ -146,15 +118,8 @@ def profile_loop(steps: int, warmup: int, threads: int, ops: bool) -> dict:
     if ops:
         from torch.profiler import ProfilerActivity, profile
 
-        batch = corpus.batch(plan.indices(0)[local])
-        batch = {k: torch.cat([v, v]) for k, v in batch.items()}
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            pooled = model(batch, length_buckets=cfg.forward_buckets(ctx.device.type))
-            out = contrastive_loss(pooled[:64], pooled[64:], objective)
-            out.loss.backward()
-            torch.nn.utils.clip_grad_norm_(encoder.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            train_step(corpus.batch(plan.indices(0)[local]))
         table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20)
         print(table)
         result["top_ops"] = table

@@ -9,33 +9,7 @@ import torch.nn.functional as F
 from mixcse.losses import (PRESETS, ContrastiveObjective, bounded_lambda, contrastive_loss, limit_mixed_cosine,
                            mixed_similarities, objective_from_preset)
 
-
-def literal_direction(z_anchor, z_pos, lam, tau, stop_grad):
-    """Loop over anchors and builds every mixed vector m'_ij = normalize(lam h'_i + (1-lam) h'_j) explicitly."""
-    h = F.normalize(z_anchor, dim=-1)
-    hp = F.normalize(z_pos, dim=-1)
-    n = h.shape[0]
-    total = 0.0
-    for i in range(n):
-        terms = [h[i] @ hp[j] / tau for j in range(n)]
-        if lam is not None:
-            for j in range(n):
-                if j == i:
-                    continue
-                m = F.normalize(lam * hp[i] + (1 - lam) * hp[j], dim=0)
-                if stop_grad:
-                    m = m.detach()
-                terms.append(h[i] @ m / tau)
-        logits = torch.stack(terms)
-        total = total - (logits[i] - torch.logsumexp(logits, dim=0))
-    return total / n
-
-
-def literal_loss(z1, z2, lam, tau, directions, stop_grad):
-    loss = literal_direction(z1, z2, lam, tau, stop_grad)
-    if directions == 2:
-        loss = (loss + literal_direction(z2, z1, lam, tau, stop_grad)) / 2
-    return loss
+from reference import literal_loss, literal_released, materialised_mixcse_loss
 
 
 def views(n=7, d=5, seed=0):
@@ -139,20 +113,13 @@ def test_lam_bound_logs_the_share_of_clipped_pairs():
     assert "lam_clipped" not in contrastive_loss(z1, z2, PRESETS["mixcse"]).stats
 
 
-def literal_released(z1, z2, lam, tau):
-    """The released code's loss, written from its description in docs/released-code.md as plain loops."""
-    n = z1.shape[0]
-    total = 0.0
-    cos = lambda a, b: F.cosine_similarity(a, b, dim=0)  # noqa: E731
-    m2 = [(lam * z2[k] + (1 - lam) * z2[(k + 1) % n]).detach() for k in range(n)]
-    m1 = [(lam * z1[k] + (1 - lam) * z1[(k + 1) % n]).detach() for k in range(n)]
-    for i in range(n):
-        s = [cos(z1[i], z2[k]) / tau for k in range(n)]
-        a = [cos(z1[i], m2[k]) / tau * (0.0 if k == (i - 1) % n else 1.0) for k in range(n)]
-        b = [cos(m1[i], z2[k]) / tau * (0.0 if k == (i + 1) % n else 1.0) for k in range(n)]
-        logits = torch.stack(s + a + b)
-        total = total - (logits[i] - torch.logsumexp(logits, 0))
-    return total / n
+def test_materialised_reference_equals_the_literal_one():
+    z1, z2 = views(n=6, d=4, seed=5)
+    mat = materialised_mixcse_loss(z1, z2, 0.2, 0.05)
+    ref = literal_loss(z1, z2, 0.2, 0.05, 2, stop_grad=True)
+    assert abs(mat.item() - ref.item()) < 1e-10
+    for a, b in zip(torch.autograd.grad(mat, (z1, z2)), torch.autograd.grad(ref, (z1, z2))):
+        assert torch.allclose(a, b, atol=1e-10)
 
 
 def test_released_formulation_matches_its_description():
