@@ -10,7 +10,7 @@ import torch
 import yaml
 
 import mixcse
-from mixcse import trainer
+from mixcse import step, trainer
 from mixcse.cli import main
 from mixcse.encoder import SentenceEncoder
 
@@ -74,7 +74,7 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, synthetic_da
 
     killed = tmp_path / "killed"
     calls = {"n": 0}
-    real_loss = trainer.contrastive_loss
+    real_loss = step.contrastive_loss
 
     def dies_at_step_8(*args, **kwargs):  # the process "dies" inside step 8, after the checkpoint at step 6
         calls["n"] += 1
@@ -82,10 +82,10 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, synthetic_da
             raise KeyboardInterrupt
         return real_loss(*args, **kwargs)
 
-    monkeypatch.setattr(trainer, "contrastive_loss", dies_at_step_8)
+    monkeypatch.setattr(step, "contrastive_loss", dies_at_step_8)
     with pytest.raises(KeyboardInterrupt):
         mixcse.train(tiny_config(tiny_bert, synthetic_data, killed, **cfg))
-    monkeypatch.setattr(trainer, "contrastive_loss", real_loss)
+    monkeypatch.setattr(step, "contrastive_loss", real_loss)
     assert _weights(killed)["state"]["step"] == 6
     mixcse.train(tiny_config(tiny_bert, synthetic_data, killed, **cfg), resume=True)
 
@@ -130,14 +130,14 @@ def test_cli_bad_input_is_one_line_and_nonzero(tiny_bert, synthetic_data, tmp_pa
 
 
 def test_non_finite_loss_stops_with_a_clear_error(tiny_bert, synthetic_data, tmp_path, capsys, monkeypatch):
-    real_loss = trainer.contrastive_loss
+    real_loss = step.contrastive_loss
 
     def nan_loss(*args, **kwargs):
         out = real_loss(*args, **kwargs)
         out.loss = out.loss * float("nan")
         return out
 
-    monkeypatch.setattr(trainer, "contrastive_loss", nan_loss)
+    monkeypatch.setattr(step, "contrastive_loss", nan_loss)
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump(tiny_config(tiny_bert, synthetic_data, tmp_path / "out")))
     code, err = run_cli(["train", str(recipe)], capsys)
@@ -149,9 +149,22 @@ def test_fp16_on_cpu_is_a_clear_error(tiny_bert, synthetic_data, tmp_path):
         mixcse.train(tiny_config(tiny_bert, synthetic_data, tmp_path / "o", precision="fp16"))
 
 
-def test_bf16_autocast_trains(tiny_bert, synthetic_data, tmp_path):
+def test_bf16_autocast_trains(tiny_bert, synthetic_data, tmp_path, monkeypatch):
+    from mixcse.model import Encoder
+
+    training_dtypes = []
+    real_forward = Encoder.forward
+
+    def recording_forward(self, *args, **kwargs):
+        pooled = real_forward(self, *args, **kwargs)
+        if self.training:
+            training_dtypes.append(pooled.dtype)
+        return pooled
+
+    monkeypatch.setattr(Encoder, "forward", recording_forward)
     result = mixcse.train(tiny_config(tiny_bert, synthetic_data, tmp_path / "o", precision="bf16", max_steps=4))
     assert result.steps == 4 and np.isfinite(result.best_dev)
+    assert training_dtypes == [torch.bfloat16] * 4  # every training forward ran under bf16 autocast
 
 
 def test_module_entry_point_exits_nonzero(tmp_path):
