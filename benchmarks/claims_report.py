@@ -19,14 +19,14 @@ import statistics
 import sys
 from pathlib import Path
 
+from mixcse.tables import STS_TASKS, TRANSFER_TASKS, markdown_table, number
+from mixcse.tables import label as task_label
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS_JSON = HERE / "results" / "paper_claims.json"
 DOCS = REPO / "docs"
 
-STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
-LABELS = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SST2": "SST-2"}
 PRESET_ORDER = ("simcse", "mixcse", "mixcse-single", "mixcse-wo-sg", "mixcse-bound", "mixcse-released")
 PRESET_NAMES = {"simcse": "SimCSE", "mixcse": "MixCSE", "mixcse-single": "MixCSE single",
                 "mixcse-wo-sg": "MixCSE wo-sg", "mixcse-bound": "MixCSE bound (per-pair λ clip)",
@@ -170,29 +170,20 @@ def analysis_of(r: dict, key: str) -> float | None:
 
 
 # ---------------------------------------------------------------------------------------------------- tables
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"] + \
-        ["| " + " | ".join(row) + " |" for row in rows]
-
-
 def _baseline_rows(baselines: list[dict], backbone: str | None, section: str, tasks) -> list[list[str]]:
     rows = []
     for b in baselines:
         if b.get("backbone") not in (backbone, None) or section not in b:
             continue
         vals = b[section]
-        rows.append([f"*{b['label']}* (baseline)", "--", "1"] + [_fmt(vals.get(t)) for t in tasks]
-                    + [_fmt(vals.get("avg"))])
+        rows.append([f"*{b['label']}* (baseline)", "--", "1"] + [number(vals.get(t)) for t in tasks]
+                    + [number(vals.get("avg"))])
     return rows
-
-
-def _fmt(v) -> str:
-    return f"{v:.2f}" if isinstance(v, (int, float)) and math.isfinite(v) else "--"
 
 
 def task_table(data: dict, backbone: str, section: str) -> list[str]:
     tasks = STS_TASKS if section == "sts" else TRANSFER_TASKS
-    header = ["Model", "steps", "n"] + [LABELS.get(t, t) for t in tasks] + ["Avg."]
+    header = ["Model", "steps", "n"] + [task_label(t) for t in tasks] + ["Avg."]
     rows = _baseline_rows(data["baselines"], backbone, section, tasks)
     if backbone == "minilm":  # GloVe has no backbone: shown once, with the primary backbone
         rows += _baseline_rows(data["baselines"], "glove", section, tasks)
@@ -206,8 +197,8 @@ def task_table(data: dict, backbone: str, section: str) -> list[str]:
                     + [cell([(r.get(section) or {}).get("avg") for r in runs], show_n=False)])
     if section == "sts":
         rows.append(["*MixCSE BERT-base, paper (secondary source)*", "--", "--"]
-                    + [_fmt(PAPER_MIXCSE_STS_TASKS[t]) for t in tasks] + [_fmt(PAPER_MIXCSE_STS_TASKS["avg"])])
-    return _table(header, rows)
+                    + [number(PAPER_MIXCSE_STS_TASKS[t]) for t in tasks] + [number(PAPER_MIXCSE_STS_TASKS["avg"])])
+    return markdown_table(header, rows)
 
 
 def ablation_table(data: dict, backbone: str) -> list[str]:
@@ -216,16 +207,16 @@ def ablation_table(data: dict, backbone: str) -> list[str]:
     rows = []
     for b in data["baselines"]:
         if b.get("backbone") in (backbone,) or (backbone == "minilm" and b.get("backbone") == "glove"):
-            rows.append([f"*{b['label']}* (baseline)", "--", "--", _fmt(b.get("stsb_dev")),
-                         _fmt((b.get("sts") or {}).get("avg")), _fmt((b.get("transfer") or {}).get("avg")), "", ""])
+            rows.append([f"*{b['label']}* (baseline)", "--", "--", number(b.get("stsb_dev")),
+                         number((b.get("sts") or {}).get("avg")), number((b.get("transfer") or {}).get("avg")), "", ""])
     for (preset, lam, steps, mode), runs in groups(data["runs"], backbone).items():
         paper = PAPER.get(preset, {}) if lam == DEFAULT_LAM.get(preset, lam) else {}
         label = variant_label(preset, lam) + ("" if mode == "test" else f" [{mode}]")
         rows.append([label, str(steps), cell([r.get("best_step") for r in runs], 0, show_n=False),
                      cell([r.get("best_dev") for r in runs], show_n=False),
                      cell([sts_avg(r) for r in runs]), cell([transfer_avg(r) for r in runs]),
-                     _fmt(paper.get("sts")), _fmt(paper.get("transfer"))])
-    return _table(header, rows)
+                     number(paper.get("sts")), number(paper.get("transfer"))])
+    return markdown_table(header, rows)
 
 
 # -------------------------------------------------------------------------------------------------- verdicts
@@ -414,11 +405,11 @@ def probe_section(probe: dict) -> list[str]:
     if not variants:
         return []
     by = {v: {r["seed"]: r for r in runs if r["preset"] == v} for v in variants}
-    header = ["Model", "n"] + [LABELS.get(t, t) for t in STS_TASKS] + ["Avg.", "best step"]
+    header = ["Model", "n"] + [task_label(t) for t in STS_TASKS] + ["Avg.", "best step"]
     rows = [[_probe_label(v), str(len(by[v]))] + [cell([r["sts"].get(t) for r in by[v].values()], show_n=False)
                                                   for t in STS_TASKS + ("avg",)]
             + [cell([r.get("best_step") for r in by[v].values()], 0, show_n=False)] for v in variants]
-    lines = _table(header, rows) + [""]
+    lines = markdown_table(header, rows) + [""]
     ref = variants[0]
     pairs = [(v, ref) for v in variants[1:]]
     chain = [v for v in ("mixcse", "mixcse-single", "mixcse-wo-sg") if v in by]

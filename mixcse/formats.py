@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import MixCSEError
+from .jsonfiles import read_json
 
 ST_TRANSFORMER = "sentence_transformers.base.modules.transformer.Transformer"
 ST_POOLING = "sentence_transformers.sentence_transformer.modules.pooling.Pooling"
@@ -32,7 +33,8 @@ LAYER_POOLING = "mixcse.integrations.st_modules.LayerAveragePooling"
 
 # mixcse pooler -> sentence-transformers pooling_mode (single-layer poolers only)
 ST_POOLING_MODE = {"cls_before_pooler": "cls", "cls": "cls", "avg": "mean"}
-LAYER_POOLER_LAYERS = {"avg_first_last": [1, -1], "avg_top2": [-2, -1]}
+# layer-averaging pooler -> the two hidden-state indices it averages (0 = embeddings, 1 = first transformer layer)
+LAYER_POOLERS = {"avg_first_last": (1, -1), "avg_top2": (-2, -1)}
 
 
 @dataclass
@@ -41,13 +43,6 @@ class ModelDirInfo:
     pooler: str | None = None
     head_state: dict | None = None
     max_seq_length: int | None = None
-
-
-def _read_json(path: Path) -> dict | list:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise MixCSEError(f"cannot read {path}: {exc}") from None
 
 
 def _pooler_from_st_config(cfg: dict) -> str:
@@ -68,29 +63,29 @@ def read_model_dir(path: str | os.PathLike) -> ModelDirInfo:
     if not modules_file.exists():
         return ModelDirInfo(str(root))
     info = ModelDirInfo(str(root))
-    for module in _read_json(modules_file):
+    for module in read_json(modules_file):
         kind, sub = module.get("type", ""), root / module.get("path", "")
         if kind.endswith(".Transformer"):
             info.backbone_path = str(sub)
             st_cfg = sub / "sentence_bert_config.json"
             if st_cfg.exists():
-                info.max_seq_length = _read_json(st_cfg).get("max_seq_length")
+                info.max_seq_length = read_json(st_cfg).get("max_seq_length")
             if info.max_seq_length is None and (sub / "tokenizer_config.json").exists():
                 # sentence-transformers 6 saves max_seq_length as the tokenizer's model_max_length
-                limit = _read_json(sub / "tokenizer_config.json").get("model_max_length")
+                limit = read_json(sub / "tokenizer_config.json").get("model_max_length")
                 if isinstance(limit, int) and 0 < limit < 1_000_000:  # not the "no limit" sentinel
                     info.max_seq_length = limit
         elif kind.endswith(".Pooling") and kind != LAYER_POOLING:
-            info.pooler = _pooler_from_st_config(_read_json(sub / "config.json"))
+            info.pooler = _pooler_from_st_config(read_json(sub / "config.json"))
         elif kind == LAYER_POOLING:
-            layers = _read_json(sub / "config.json")["layers"]
-            info.pooler = next(k for k, v in LAYER_POOLER_LAYERS.items() if v == layers)
+            layers = tuple(read_json(sub / "config.json")["layers"])
+            info.pooler = next(k for k, v in LAYER_POOLERS.items() if v == layers)
         elif kind.endswith(".Dense"):
             from safetensors.torch import load_file
 
             # Only SimCSE's MLP head (square dense + tanh on [CLS]) has a mixcse equivalent; any other Dense
             # (e.g. a projection after mean pooling) would silently give other embeddings.
-            dense = _read_json(sub / "config.json")
+            dense = read_json(sub / "config.json")
             if (info.pooler != "cls_before_pooler" or not str(dense.get("activation_function")).endswith(".Tanh")
                     or dense.get("in_features") != dense.get("out_features") or not dense.get("bias", True)
                     or dense.get("use_residual") or not (sub / "model.safetensors").exists()):
@@ -119,7 +114,6 @@ def write_model_dir(
     pooler: str,
     head=None,
     max_seq_length: int | None = None,
-    extra: dict | None = None,
 ) -> None:
     """Write atomically: build in a sibling temp dir, then swap it in, so a crash never leaves half a model."""
     import torch
@@ -134,10 +128,10 @@ def write_model_dir(
         tokenizer.save_pretrained(tmp)
         hidden = backbone.config.hidden_size
         modules = [{"idx": 0, "name": "0", "path": "", "type": ST_TRANSFORMER}]
-        if pooler in LAYER_POOLER_LAYERS:
+        if pooler in LAYER_POOLERS:
             modules.append({"idx": 1, "name": "1", "path": "1_Pooling", "type": LAYER_POOLING})
             _write_json(tmp / "1_Pooling/config.json", {"embedding_dimension": hidden,
-                                                        "layers": LAYER_POOLER_LAYERS[pooler]})
+                                                        "layers": list(LAYER_POOLERS[pooler])})
         else:
             modules.append({"idx": 1, "name": "1", "path": "1_Pooling", "type": ST_POOLING})
             _write_json(tmp / "1_Pooling/config.json", {"embedding_dimension": hidden,
@@ -156,7 +150,7 @@ def write_model_dir(
         st_config = {"transformer_task": "feature-extraction",
                      "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
                      "module_output_name": "token_embeddings"}
-        if pooler in LAYER_POOLER_LAYERS:  # LayerAveragePooling reads every layer: ask the Transformer module for them
+        if pooler in LAYER_POOLERS:  # LayerAveragePooling reads every layer: ask the Transformer module for them
             st_config["config_kwargs"] = {"output_hidden_states": True}
         if max_seq_length:
             st_config["max_seq_length"] = max_seq_length
@@ -165,7 +159,7 @@ def write_model_dir(
             "__version__": {"pytorch": torch.__version__, "transformers": transformers.__version__},
             "model_type": "SentenceTransformer", "prompts": {}, "default_prompt_name": None,
             "similarity_fn_name": "cosine"})
-        _write_json(tmp / "mixcse.json", {"pooler": pooler, **(extra or {})})
+        _write_json(tmp / "mixcse.json", {"pooler": pooler})
         if directory.exists():
             old = directory.with_name(f".{directory.name}.old")
             shutil.rmtree(old, ignore_errors=True)

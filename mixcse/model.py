@@ -10,12 +10,12 @@ from torch import nn
 
 from .errors import MixCSEError
 from . import formats
+from .formats import LAYER_POOLERS
 
 # cls: [CLS] + MLP head (SimCSE/MixCSE training pooler); cls_before_pooler: raw [CLS];
 # avg: mean of the last layer; avg_first_last: mean of (first transformer layer + last) / 2 - layer 1, not the
 # embedding output; avg_top2: mean of the last two layers.
 POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
-LAYER_POOLERS = {"avg_first_last": (1, -1), "avg_top2": (-2, -1)}
 
 
 class MLPHead(nn.Module):

@@ -8,7 +8,6 @@ card of a trained model with an STS / transfer table. The card's inputs are kept
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import tempfile
@@ -17,13 +16,13 @@ from typing import Any
 
 import yaml
 
+from .formats import LAYER_POOLERS
+from .jsonfiles import read_json_or_none, to_jsonable
+from .tables import STS_TASKS, TRANSFER_TASKS, label, markdown_table, number
+
 CARD_FILE = "README.md"
 RECORD_FILE = "mixcse.json"
 MODEL_PLACEHOLDER = "path/to/model"
-
-STS_ORDER = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-TRANSFER_ORDER = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
-LABELS = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SST2": "SST-2"}
 
 POOLER_TEXT = {
     "cls_before_pooler": "the last layer's [CLS] vector",
@@ -32,7 +31,6 @@ POOLER_TEXT = {
     "avg_first_last": "the mean over tokens of the average of the first and the last transformer layer",
     "avg_top2": "the mean over tokens of the average of the last two transformer layers",
 }
-LAYER_POOLERS = {"avg_first_last": (1, -1), "avg_top2": (-2, -1)}
 
 MIXCSE_BIBTEX = """@inproceedings{zhang2022mixcse,
     title={Unsupervised Sentence Representation via Contrastive Learning with Mixing Negatives},
@@ -50,27 +48,6 @@ SIMCSE_BIBTEX = """@inproceedings{gao2021simcse,
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 1) == 0:  # numpy / torch scalars
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    return str(obj)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def _atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -80,12 +57,6 @@ def _atomic_write(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _num(value, digits: int = 2) -> str:
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return "--"
-    return f"{value:.{digits}f}"
 
 
 def _is_hub_id(name: str) -> bool:
@@ -99,12 +70,6 @@ def _model_name(best_dir: Path) -> str:
     return best_dir.parent.name if best_dir.name == "best" and best_dir.parent.name else best_dir.name
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    rule = "|" + "|".join(":---:" if i else ":---" for i in range(len(header))) + "|"
-    lines = ["| " + " | ".join(header) + " |", rule]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
-
-
 def _ordered(results: dict, canonical: tuple[str, ...]) -> list[str]:
     keys = [k for k in canonical if k in results]
     extra = [k for k in results if k not in keys and k not in ("avg", "settings") and isinstance(results[k], dict)]
@@ -113,15 +78,15 @@ def _ordered(results: dict, canonical: tuple[str, ...]) -> list[str]:
 
 def _describe_modules(best_dir: Path) -> tuple[str | None, int | None]:
     """('Transformer (BertModel) -> Pooling (cls) -> Dense (64 -> 64, tanh)', output dimension)."""
-    modules = _read_json(best_dir / "modules.json")
-    config = _read_json(best_dir / "config.json") or {}
+    modules = read_json_or_none(best_dir / "modules.json")
+    config = read_json_or_none(best_dir / "config.json") or {}
     if not isinstance(modules, list):
         return None, config.get("hidden_size")
     arch = (config.get("architectures") or [config.get("model_type", "?")])[0]
     parts, dim = [], config.get("hidden_size")
     for module in modules:
         kind = module.get("type", "").rsplit(".", 1)[-1]
-        sub = _read_json(best_dir / module.get("path", "") / "config.json") or {}
+        sub = read_json_or_none(best_dir / module.get("path", "") / "config.json") or {}
         if kind == "Transformer":
             parts.append(f"Transformer ({arch})")
         elif kind == "Pooling":
@@ -204,20 +169,22 @@ def _eval_section(eval_results: dict) -> list[str]:
     settings = eval_results.get("settings") or {}
     sts = eval_results.get("sts")
     if isinstance(sts, dict) and sts:
-        keys = _ordered(sts, STS_ORDER)
+        keys = _ordered(sts, STS_TASKS)
         lines += ["STS: Spearman correlation x100 of cosine similarities (SentEval protocol, 'all' aggregation for "
                   "STS12-16).", ""]
-        lines += _table([LABELS.get(k, k) for k in keys] + ["Avg."],
-                        [[_num(sts[k].get("spearman")) for k in keys] + [_num(sts.get("avg"))]])
+        lines += markdown_table([label(k) for k in keys] + ["Avg."],
+                                [[number(sts[k].get("spearman")) for k in keys] + [number(sts.get("avg"))]],
+                                centred=True)
         lines.append("")
     transfer = eval_results.get("transfer")
     if isinstance(transfer, dict) and transfer:
-        keys = _ordered(transfer, TRANSFER_ORDER)
+        keys = _ordered(transfer, TRANSFER_TASKS)
         mode = settings.get("mode")
         lines += ["Transfer: test accuracy x100 of a logistic regression on the frozen embeddings"
                   + (f" (SentEval, mode {mode})." if mode else " (SentEval)."), ""]
-        lines += _table([LABELS.get(k, k) for k in keys] + ["Avg."],
-                        [[_num(transfer[k].get("acc")) for k in keys] + [_num(transfer.get("avg"))]])
+        lines += markdown_table([label(k) for k in keys] + ["Avg."],
+                                [[number(transfer[k].get("acc")) for k in keys] + [number(transfer.get("avg"))]],
+                                centred=True)
         lines.append("")
     if len(lines) == 2:
         lines += ["No STS or transfer results were recorded.", ""]
@@ -232,7 +199,7 @@ def render_model_card(best_dir: Path, resolved: dict, summary: dict, eval_result
     resolved, summary = resolved or {}, summary or {}
     cfg = resolved.get("config") or {}
     objective = resolved.get("objective") or {}
-    record = _read_json(best_dir / RECORD_FILE) or {}
+    record = read_json_or_none(best_dir / RECORD_FILE) or {}
     pooler = summary.get("test_pooler") or (record.get("pooler") if isinstance(record, dict) else None)
     base = cfg.get("model")
     loss = cfg.get("loss")
@@ -311,7 +278,7 @@ def render_model_card(best_dir: Path, resolved: dict, summary: dict, eval_result
                   "views differing by dropout; the other sentences of the batch are the negatives"
                   + (", plus one mixed hard negative per pair, normalize(λ·h'ᵢ + (1-λ)·h'ⱼ)." if lam is not None
                      else "."), ""]
-        lines += _table(["setting", "value"], rows) + [""]
+        lines += markdown_table(["setting", "value"], rows, centred=True) + [""]
 
         train_file = cfg.get("train_file")
         lines += ["### Training Data", ""]
@@ -333,9 +300,10 @@ def render_model_card(best_dir: Path, resolved: dict, summary: dict, eval_result
         if summary.get("best_dev") is not None:
             lines += ["Spearman correlation x100 of cosine similarities on the STS-B development set, which selects "
                       "the checkpoint.", ""]
-            lines += _table(["checkpoint", "STS-B dev"],
-                            [["raw (before training)", _num(summary.get("raw_dev"))],
-                             [f"best (step {summary.get('best_step', '?')})", _num(summary.get("best_dev"))]])
+            lines += markdown_table(["checkpoint", "STS-B dev"],
+                                    [["raw (before training)", number(summary.get("raw_dev"))],
+                                     [f"best (step {summary.get('best_step', '?')})", number(summary.get("best_dev"))]],
+                                    centred=True)
             lines.append("")
         else:
             lines += ["No STS-B development data was available during training: this is the final checkpoint"
@@ -353,11 +321,11 @@ def write_model_card(best_dir: Path, resolved: dict, summary: dict, eval_results
     """Write ``best_dir/README.md`` and keep its inputs in ``best_dir/mixcse.json``; returns the card's path."""
     best_dir = Path(best_dir)
     best_dir.mkdir(parents=True, exist_ok=True)
-    record = _read_json(best_dir / RECORD_FILE)
+    record = read_json_or_none(best_dir / RECORD_FILE)
     record = record if isinstance(record, dict) else {}
-    record.update(training=_jsonable(resolved or {}), summary=_jsonable(summary or {}))
+    record.update(training=to_jsonable(resolved or {}), summary=to_jsonable(summary or {}))
     if eval_results is not None:
-        record["eval"] = _jsonable(eval_results)
+        record["eval"] = to_jsonable(eval_results)
     else:
         record.pop("eval", None)
     _atomic_write(best_dir / RECORD_FILE, json.dumps(record, indent=2) + "\n")
@@ -377,7 +345,7 @@ def update_model_card_with_eval(best_dir: Path, eval_results: dict, *, model_id:
         from .errors import MixCSEError
 
         raise MixCSEError(f"not a model directory: {best_dir}")
-    record = _read_json(best_dir / RECORD_FILE)
+    record = read_json_or_none(best_dir / RECORD_FILE)
     record = record if isinstance(record, dict) else {}
     return write_model_card(best_dir, record.get("training") or {}, record.get("summary") or {}, eval_results,
                             model_id=model_id)

@@ -8,7 +8,8 @@ from .analysis import alignment, plot_alignment_uniformity, plot_training_cosine
 from .classifiers import stratified_folds
 from .data import STS_TASKS, TRANSFER_TASKS, DataError, default_data_dir, resolve_data_dir
 from .encoding import EmbeddingCache, encode_unique, resolve_encoder
-from .runner import ALL_TASKS, evaluate, expand_tasks, format_tables, stsb_dev_spearman, to_jsonable
+from ..jsonfiles import to_jsonable
+from .runner import ALL_TASKS, evaluate, expand_tasks, format_tables, stsb_dev_spearman
 
 __all__ = [
     "evaluate", "format_tables", "stsb_dev_spearman", "resolve_encoder", "default_data_dir", "resolve_data_dir",

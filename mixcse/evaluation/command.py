@@ -12,13 +12,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .data import DataError, default_data_dir
-from .runner import evaluate, expand_tasks, format_tables, to_jsonable
-
-try:
-    from mixcse.errors import MixCSEError as _UserError
-except ImportError:  # pragma: no cover
-    _UserError = DataError
+from ..errors import MixCSEError
+from ..jsonfiles import to_jsonable
+from .data import default_data_dir
+from .runner import evaluate, expand_tasks, format_tables
 
 
 def resolve_encoder(model, pooler=None):  # indirection so tests can substitute a fake encoder
@@ -84,7 +81,7 @@ def run_eval(args: argparse.Namespace) -> int:
         encoder = resolve_encoder(args.model, pooler=args.pooler)
         results = evaluate(encoder, tasks=tasks, data_dir=data_dir, mode=args.mode, classifier=args.classifier,
                            cache_dir=args.cache_dir, batch_size=args.batch_size, workers=args.workers)
-    except (_UserError, DataError, FileNotFoundError) as exc:
+    except (MixCSEError, FileNotFoundError) as exc:
         return _error(str(exc))
     pooler = args.pooler or getattr(encoder, "pooler", None)
     results["settings"].update(model=str(args.model), pooler=pooler if isinstance(pooler, str) else None,
@@ -126,22 +123,9 @@ def run_data(args: argparse.Namespace) -> int:
 
     try:
         report = download(args.dest, what=args.what.split(","), base_url=args.base_url)
-    except (_UserError, DataError) as exc:
+    except MixCSEError as exc:
         return _error(str(exc))
     for item, rep in report.items():
         print(f"{item}: {rep['status']} -> {rep['path']}")
     return 0
 
-
-def main(argv=None) -> int:
-    """Stand-alone entry point (`python -m mixcse.evaluation.command eval ...`) until mixcse.cli wires these in."""
-    parser = argparse.ArgumentParser(prog="mixcse")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_eval_arguments(sub.add_parser("eval", help="evaluate a sentence encoder (SentEval protocol)"))
-    add_data_arguments(sub.add_parser("data", help="benchmark and training data"))
-    args = parser.parse_args(argv)
-    return run_eval(args) if args.command == "eval" else run_data(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,11 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-try:  # the project-wide error type, so that the CLI prints one line for every user-facing failure
-    from mixcse.errors import DataError
-except ImportError:  # pragma: no cover - only while mixcse.errors does not exist
-    class DataError(ValueError):
-        """Missing or malformed benchmark data; the message names the file and line."""
+from ..errors import DataError
+from ..tables import STS_TASKS, TRANSFER_TASKS
 
 STS_SUBSETS: dict[str, tuple[str, ...]] = {
     "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
@@ -26,8 +23,6 @@ STS_SUBSETS: dict[str, tuple[str, ...]] = {
     "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
     "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
 }
-STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 TREC_CLASSES = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
 _BINARY_FILES = {  # first file gets label 1, second label 0 (SentEval's order)
     "MR": ("MR", "rt-polarity.pos", "rt-polarity.neg"),

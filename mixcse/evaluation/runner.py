@@ -6,7 +6,6 @@ here it is one deduplicated pass, so the STS suite costs little more than encodi
 from __future__ import annotations
 
 import functools
-import math
 import platform
 import sys
 import time
@@ -19,6 +18,8 @@ from . import analysis as A
 from . import data as D
 from . import sts as S
 from . import transfer as T
+from ..tables import label as task_label
+from ..tables import markdown_table, number
 from .classifiers import SEED, make_classifier
 from .encoding import describe_encoder, encode_raw, encode_unique, encoder_fingerprint, gather, resolve_encoder
 
@@ -27,7 +28,6 @@ ALL_TASKS = D.STS_TASKS + D.TRANSFER_TASKS + ("analysis",)
 _ALIASES = {"sts-b": "STSBenchmark", "stsb": "STSBenchmark", "stsbenchmark": "STSBenchmark",
             "sick-r": "SICKRelatedness", "sickr": "SICKRelatedness", "sick": "SICKRelatedness",
             "sickrelatedness": "SICKRelatedness", "sst": "SST2", "sst-2": "SST2", "sst2": "SST2"}
-LABELS = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SST2": "SST-2"}
 KFOLD = {"test": 10, "fasttest": 5}
 
 
@@ -225,15 +225,9 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
 
 
 # --------------------------------------------------------------------------------------------------- tables
-def _fmt(v) -> str:
-    return "--" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.2f}"
-
-
 def _row(cols: list[str], vals: list[str], label: str | None) -> list[str]:
     head = (["Model"] if label is not None else []) + cols
-    body = ([label] if label is not None else []) + vals
-    return ["| " + " | ".join(head) + " |", "|" + "|".join("-" * (len(h) + 2) for h in head) + "|",
-            "| " + " | ".join(body) + " |"]
+    return markdown_table(head, [([label] if label is not None else []) + vals])
 
 
 def format_tables(results: dict, label: str | None = None) -> str:
@@ -243,19 +237,20 @@ def format_tables(results: dict, label: str | None = None) -> str:
     if "sts" in results:
         tasks = [t for t in D.STS_TASKS if t in results["sts"]]
         lines.append("STS: Spearman x100 of cosine similarity ('all' aggregation for STS12-16)")
-        lines += _row([LABELS.get(t, t) for t in tasks] + ["Avg."],
-                      [_fmt(results["sts"][t]["spearman"]) for t in tasks] + [_fmt(results["sts"].get("avg"))],
+        lines += _row([task_label(t) for t in tasks] + ["Avg."],
+                      [number(results["sts"][t]["spearman"]) for t in tasks] + [number(results["sts"].get("avg"))],
                       label)
     if "transfer" in results:
         tasks = [t for t in D.TRANSFER_TASKS if t in results["transfer"]]
         clf = settings.get("classifier", {}).get("classifier", "?")
         lines += ([""] if lines else []) + [
             f"Transfer: test accuracy x100 (logistic regression, classifier={clf}, mode={settings.get('mode', '?')})"]
-        lines += _row([LABELS.get(t, t) for t in tasks] + ["Avg."],
-                      [_fmt(results["transfer"][t]["acc"]) for t in tasks] + [_fmt(results["transfer"].get("avg"))],
+        lines += _row([task_label(t) for t in tasks] + ["Avg."],
+                      [number(results["transfer"][t]["acc"]) for t in tasks]
+                      + [number(results["transfer"].get("avg"))],
                       label)
         if "MRPC" in results["transfer"]:
-            lines.append(f"(MRPC F1: {_fmt(results['transfer']['MRPC'].get('f1'))})")
+            lines.append(f"(MRPC F1: {number(results['transfer']['MRPC'].get('f1'))})")
     if "analysis" in results:
         a = results["analysis"]
         lines += ([""] if lines else []) + [
@@ -266,19 +261,6 @@ def format_tables(results: dict, label: str | None = None) -> str:
     if secs:
         lines += ["", "Wall time (s): " + ", ".join(f"{k} {v:.1f}" for k, v in secs.items())]
     return "\n".join(lines)
-
-
-def to_jsonable(obj):
-    """NaN/inf -> None and numpy scalars -> Python, so the JSON is strict."""
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 # ------------------------------------------------------------------------------------------ trainer hook

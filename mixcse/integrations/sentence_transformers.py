@@ -15,16 +15,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from ..losses import ContrastiveObjective, contrastive_loss, objective_from_preset
+from ..modelcard import MIXCSE_BIBTEX
 
-MIXCSE_CITATION = """
-@inproceedings{zhang2022mixcse,
-    title={Unsupervised Sentence Representation via Contrastive Learning with Mixing Negatives},
-    author={Zhang, Yanzhao and Zhang, Richong and Mensah, Samuel and Liu, Xudong and Mao, Yongyi},
-    booktitle={Proceedings of the AAAI Conference on Artificial Intelligence},
-    volume={36},
-    year={2022}
-}
-"""
+MIXCSE_CITATION = f"\n{MIXCSE_BIBTEX}\n"
 
 
 class MixCSELoss(nn.Module):
