@@ -32,28 +32,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from output_dir/checkpoint")
     p.set_defaults(func=_train)
 
-    try:
-        from .evaluation.command import add_data_arguments, add_eval_arguments, run_data, run_eval
-    except ImportError:
-        pass
-    else:
-        p = sub.add_parser("eval", help="SentEval protocol: STS, transfer, analysis")
-        add_eval_arguments(p)
-        p.set_defaults(func=run_eval)
-        p = sub.add_parser("data", help="download benchmark data and the training corpus")
-        add_data_arguments(p)
-        p.set_defaults(func=run_data)
-    try:
-        from .inference_cli import add_encode_arguments, add_search_arguments, run_encode, run_search
-    except ImportError:
-        pass
-    else:
-        p = sub.add_parser("encode", help="embed a file of sentences")
-        add_encode_arguments(p)
-        p.set_defaults(func=run_encode)
-        p = sub.add_parser("search", help="exact cosine search over a corpus")
-        add_search_arguments(p)
-        p.set_defaults(func=run_search)
+    # Imported unconditionally: a broken import must surface as itself, not as "invalid choice: eval".
+    from .evaluation.command import add_data_arguments, add_eval_arguments, run_data, run_eval
+    from .inference_cli import add_encode_arguments, add_search_arguments, run_encode, run_search
+
+    p = sub.add_parser("eval", help="SentEval protocol: STS, transfer, analysis")
+    add_eval_arguments(p)
+    p.set_defaults(func=run_eval)
+    p = sub.add_parser("data", help="download benchmark data and the training corpus")
+    add_data_arguments(p)
+    p.set_defaults(func=run_data)
+    p = sub.add_parser("encode", help="embed a file of sentences")
+    add_encode_arguments(p)
+    p.set_defaults(func=run_encode)
+    p = sub.add_parser("search", help="exact cosine search over a corpus")
+    add_search_arguments(p)
+    p.set_defaults(func=run_search)
     return parser
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mixcse import cli
 from mixcse.evaluation import DataError, command
 from mixcse.evaluation.download import SENTEVAL_FILES, download
 
@@ -134,9 +135,9 @@ def test_cli_data_download_error_line(served, tmp_path, capsys, monkeypatch):
     _, server = served
     monkeypatch.setenv("MIXCSE_DATA_URL", server.url)
     # the real checksum table does not match the tiny archive: one error line, non-zero exit
-    rc = command.main(["data", "download", "--dest", str(tmp_path / "x"), "--what", "senteval"])
+    rc = cli.main(["data", "download", "--dest", str(tmp_path / "x"), "--what", "senteval"])
     assert rc != 0 and capsys.readouterr().err.strip().splitlines()[-1].startswith("error: ")
-    rc = command.main(["data", "download", "--dest", str(tmp_path / "x"), "--what", "wiki1m"])
+    rc = cli.main(["data", "download", "--dest", str(tmp_path / "x"), "--what", "wiki1m"])
     assert rc == 0 and (tmp_path / "x" / "wiki1m_for_simcse.txt").read_bytes() == WIKI
 
 

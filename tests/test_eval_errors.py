@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mixcse.evaluation import DataError, evaluate
+from mixcse import cli
 from mixcse.evaluation import command
 from mixcse.evaluation.data import load_mrpc, load_stsb, load_sts_subset, load_trec
 
@@ -77,9 +78,9 @@ def test_too_few_fields_and_bad_labels(data):
 def test_cli_prints_one_error_line(data, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None: fake)
     (data / "SICK" / "SICK_test_annotated.txt").write_text("pair_ID\tA\tB\tscore\n1\ta\tb\tbad\n")
-    rc = command.main(["eval", "some-model", "--tasks", "SICK-R", "--data-dir", str(data)])
+    rc = cli.main(["eval", "some-model", "--tasks", "SICK-R", "--data-dir", str(data)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc != 0
     assert err[-1].startswith("error: ") and "SICK_test_annotated.txt:2: score 'bad'" in err[-1]
-    rc = command.main(["eval", "m", "--tasks", "bogus", "--data-dir", str(data)])
+    rc = cli.main(["eval", "m", "--tasks", "bogus", "--data-dir", str(data)])
     assert rc != 0 and capsys.readouterr().err.strip().startswith("error: unknown task 'bogus'")

@@ -9,6 +9,7 @@ import pytest
 
 from mixcse.evaluation import (ALL_TASKS, evaluate, expand_tasks, format_tables, plot_alignment_uniformity,
                                plot_training_cosines, sphere_stats, stsb_dev_spearman, to_jsonable)
+from mixcse import cli
 from mixcse.evaluation import alignment, command
 from mixcse.evaluation.data import default_data_dir, load_stsb, resolve_data_dir
 from mixcse.evaluation.sts import row_cosine, spearman
@@ -176,14 +177,14 @@ def test_cli_writes_json_and_refuses_overwrite(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None: hashed)
     out = tmp_path / "res.json"
     argv = ["eval", "m", "--tasks", "sts", "--data-dir", str(FIXTURE), "--output", str(out)]
-    assert command.main(argv) == 0
+    assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert "| STS12 |" in printed
     saved = json.loads(out.read_text())
     assert saved["settings"]["model"] == "m" and "STS12" in saved["sts"] and "seconds" in saved["settings"]
-    assert command.main(argv) != 0
+    assert cli.main(argv) != 0
     assert "exists" in capsys.readouterr().err
-    assert command.main(argv + ["--overwrite"]) == 0
+    assert cli.main(argv + ["--overwrite"]) == 0
 
 
 def test_transfer_probes_in_worker_processes_give_the_same_results(full):
