@@ -260,7 +260,8 @@ def test_sentence_transformers_dir_is_a_starting_point_for_training(tiny_bert, s
     assert ours.pooler == "avg"
     np.testing.assert_allclose(ours.encode(SENTENCES), model.encode(SENTENCES), atol=1e-5)
 
-    # The directory's pooler (mean -> avg) is used unless the config names one.
+    # Training takes its pooler from the config (TrainConfig.pooler, default cls), not from the directory: naming
+    # the directory's own pooling (mean -> avg) continues the model as it was built.
     result = mixcse.train(dict(model=str(st_dir), train_file=str(synthetic_data["corpus"]),
                                output_dir=str(tmp_path / "run"), pooler="avg", max_steps=3, batch_size=8,
                                eval_at_start=False, data_dir=str(tmp_path / "no-data"), max_seq_length=24),

@@ -54,12 +54,27 @@ def test_length_buckets_modernbert_stand_in(pooler):
     check_bucketed_equals_single_pass(STAND_IN, pooler)
 
 
-def test_small_batches_fall_back_to_one_pass(tiny_bert):
+def test_small_batches_fall_back_to_one_pass(tiny_bert, monkeypatch):
     encoder, tokenizer, _ = load_encoder(str(tiny_bert), pooler="avg")
     encoder.eval()
-    batch = dict(tokenizer(varied_sentences(3), padding=True, return_tensors="pt", return_token_type_ids=False))
+    passes = []
+    real_pool = type(encoder)._pool
+
+    def counting_pool(self, batch, use_head):
+        passes.append(batch["input_ids"].shape)
+        return real_pool(self, batch, use_head)
+
+    monkeypatch.setattr(type(encoder), "_pool", counting_pool)
+    small = dict(tokenizer(varied_sentences(3), padding=True, return_tensors="pt", return_token_type_ids=False))
     with torch.no_grad():
-        torch.testing.assert_close(encoder(batch, length_buckets=4), encoder(batch))
+        torch.testing.assert_close(encoder(small, length_buckets=4), encoder(small))
+    # fewer than two rows per bucket: one padded pass over the whole batch, as without buckets
+    assert passes == [small["input_ids"].shape] * 2
+    passes.clear()
+    large = dict(tokenizer(varied_sentences(8), padding=True, return_tensors="pt", return_token_type_ids=False))
+    with torch.no_grad():
+        encoder(large, length_buckets=4)
+    assert [shape[0] for shape in passes] == [2, 2, 2, 2]  # and the bucketed path where there are enough rows
 
 
 def test_half_precision_checkpoint_trains_in_float32(tiny_bert, tmp_path):
