@@ -36,18 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .evaluation.command import add_data_arguments, add_eval_arguments, run_data, run_eval
     from .inference_cli import add_encode_arguments, add_search_arguments, run_encode, run_search
 
-    p = sub.add_parser("eval", help="SentEval protocol: STS, transfer, analysis")
-    add_eval_arguments(p)
-    p.set_defaults(func=run_eval)
-    p = sub.add_parser("data", help="download benchmark data and the training corpus")
-    add_data_arguments(p)
-    p.set_defaults(func=run_data)
-    p = sub.add_parser("encode", help="embed a file of sentences")
-    add_encode_arguments(p)
-    p.set_defaults(func=run_encode)
-    p = sub.add_parser("search", help="exact cosine search over a corpus")
-    add_search_arguments(p)
-    p.set_defaults(func=run_search)
+    for name, help_text, add_arguments, run in (
+            ("eval", "SentEval protocol: STS, transfer, analysis", add_eval_arguments, run_eval),
+            ("data", "download benchmark data and the training corpus", add_data_arguments, run_data),
+            ("encode", "embed a file of sentences", add_encode_arguments, run_encode),
+            ("search", "exact cosine search over a corpus", add_search_arguments, run_search)):
+        p = sub.add_parser(name, help=help_text)
+        add_arguments(p)
+        p.set_defaults(func=run)
     return parser
 
 

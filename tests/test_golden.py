@@ -9,37 +9,15 @@ itself. They were recorded on the default CPU path (numpy dropout masks) with on
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 import mixcse
 
-# (loss, anchor_grad_norm) logged at steps 1..10, and a fingerprint of the final weights.
-GOLDEN = {
-    "simcse": {
-        "loss": [
-            3.1604254245758057, 3.185439109802246, 3.037977933883667, 3.076218843460083, 3.248647451400757,
-            2.9361157417297363, 3.0188417434692383, 2.9933714866638184, 2.8806309700012207, 2.908658981323242,
-        ],
-        "anchor_grad_norm": [
-            1.7029869556427002, 1.5750676393508911, 1.6034128665924072, 1.6905263662338257, 1.4218987226486206,
-            1.6400727033615112, 1.505284309387207, 1.294247031211853, 1.3009008169174194, 1.3755555152893066,
-        ],
-        "fingerprint": 2.7622411378149367,
-    },
-    "mixcse": {
-        "loss": [
-            3.9020023345947266, 3.9402353763580322, 3.8140792846679688, 3.8731720447540283, 3.88958740234375,
-            3.7636919021606445, 3.7299089431762695, 3.6761093139648438, 3.636718273162842, 3.6921987533569336,
-        ],
-        "anchor_grad_norm": [
-            1.6708095073699951, 1.544191837310791, 1.5836997032165527, 1.6674129962921143, 1.3959739208221436,
-            1.59608793258667, 1.4409024715423584, 1.2409100532531738, 1.2565115690231323, 1.3482093811035156,
-        ],
-        "fingerprint": 2.75287015537174,
-    },
-}
+# Per loss: the loss and anchor_grad_norm logged at steps 1..10, and a fingerprint of the final weights.
+GOLDEN = json.loads((Path(__file__).parent / "fixtures" / "golden_steps.json").read_text())
 
 
 @pytest.fixture
