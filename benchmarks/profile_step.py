@@ -68,7 +68,8 @@ def profile_loop(steps: int, warmup: int, threads: int, ops: bool) -> dict:
         batch = corpus.batch(plan.indices(step)[local])
         logging_step = (step + 1) % cfg.log_steps == 0 or step + 1 == total
         stamps.append(time.perf_counter())
-        # the shared step, stamped after each phase: forward, loss, backward, clip, optimizer, zero_grad
+        # the shared step, stamped after each phase: forward, loss, backward, clip, optimizer, zero_grad (the step
+        # concatenates the two views itself: that copy of the token ids is timed with the forward)
         result = train_step(batch, mark=lambda phase: stamps.append(time.perf_counter()))
         scheduler.step()
         stamps.append(time.perf_counter())
