@@ -5,7 +5,6 @@ here it is one deduplicated pass, so the STS suite costs little more than encodi
 """
 from __future__ import annotations
 
-import functools
 import math
 import platform
 import sys
@@ -281,23 +280,5 @@ def to_jsonable(obj):
     return obj
 
 
-# ------------------------------------------------------------------------------------------ trainer hook
-@functools.lru_cache(maxsize=8)
-def _stsb_dev(path: str, mtime_ns: int):
-    ps = D.load_stsb(Path(path), "dev")
-    unique = list(dict.fromkeys(ps.a + ps.b))
-    pos = {s: i for i, s in enumerate(unique)}
-    ia = np.asarray([pos[s] for s in ps.a], dtype=np.int64)
-    ib = np.asarray([pos[s] for s in ps.b], dtype=np.int64)
-    return unique, ia, ib, ps.scores
-
-
-def stsb_dev_spearman(encode_fn, data_dir=None, batch_size: int = 64) -> float:
-    """STS-B dev Spearman x100 for checkpoint selection; the parsed file is cached per process."""
-    ddir = D.resolve_data_dir(data_dir)
-    f = ddir / "STS" / "STSBenchmark" / "sts-dev.csv"
-    if not f.is_file():
-        raise D.DataError(f"{f}: file not found")
-    unique, ia, ib, gold = _stsb_dev(str(ddir.resolve()), f.stat().st_mtime_ns)
-    emb = encode_raw(encode_fn, unique, batch_size)
-    return S.spearman(S.row_cosine(emb[ia], emb[ib]), gold)
+# The STS-B dev score used for checkpoint selection lives with the selectors (no scikit-learn import there).
+from .selection import stsb_dev_spearman  # noqa: E402,F401
