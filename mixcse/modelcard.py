@@ -329,16 +329,20 @@ def render_model_card(best_dir: Path, resolved: dict, summary: dict, eval_result
                          f"({summary.get('sentences_per_second', 0):.0f} sentences/s)")
         lines.append("")
 
-        lines += ["### STS-B Development Set", ""]
+        metric = summary.get("select_metric", "stsb_dev" if summary.get("best_dev") is not None else None)
+        lines += ["### Checkpoint Selection", ""]
         if summary.get("best_dev") is not None:
-            lines += ["Spearman correlation x100 of cosine similarities on the STS-B development set, which selects "
-                      "the checkpoint.", ""]
-            lines += _table(["checkpoint", "STS-B dev"],
-                            [["raw (before training)", _num(summary.get("raw_dev"))],
-                             [f"best (step {summary.get('best_step', '?')})", _num(summary.get("best_dev"))]])
+            what = summary.get("selection") or "Spearman correlation x100 of cosine similarities on the STS-B " \
+                                                "development set"
+            lines += [f"Selected on {what}; the starting model was a candidate.", ""]
+            lines += _table(["checkpoint", f"`{metric}`"],
+                            [["start (before training)", _num(summary.get("raw_dev"))],
+                             [f"selected (step {summary.get('best_step', '?')})", _num(summary.get("best_dev"))]])
+            if summary.get("start_won"):
+                lines += ["", "No training step beat the starting model on this metric: these are its weights."]
             lines.append("")
         else:
-            lines += ["No STS-B development data was available during training: this is the final checkpoint"
+            lines += ["No selection data was used during training: this is the final checkpoint"
                       + (f" (step {summary['best_step']})." if summary.get("best_step") else "."), ""]
 
     if eval_results:
