@@ -89,7 +89,7 @@ def test_scores(model_dir: str, data) -> dict:
     return evaluate_retrieval(encoder, data, batch_size=32)
 
 
-def run_one(run: Run, test_data, threads: int | None) -> dict:
+def run_one(run: Run, test_data, zero: dict, threads: int | None) -> dict:
     import mixcse
 
     folder = CACHE / run.key
@@ -103,7 +103,8 @@ def run_one(run: Run, test_data, threads: int | None) -> dict:
     train_wall = time.perf_counter() - t0
     log = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     t0 = time.perf_counter()
-    test = test_scores(str(out / "best"), test_data)
+    # When the start model won the selection, best/ holds its weights: its test scores are the zero-shot ones.
+    test = dict(zero) if result.best_step == 0 else test_scores(str(out / "best"), test_data)
     record = {**asdict(run), "selected_step": result.best_step, "start_won": result.best_step == 0,
               "dev": {"metric": result.select_metric, "start": result.raw_dev, "selected": result.best_dev,
                       "curve": [[r["step"], r[result.select_metric]] for r in log if result.select_metric in r]},
@@ -277,7 +278,7 @@ def main() -> int:
                             run = Run(backbone, preset, seed, segment, tau, args.steps, args.batch_size,
                                       args.eval_steps, args.select_docs)
                             t0 = time.perf_counter()
-                            rec = run_one(run, test_data, args.threads)
+                            rec = run_one(run, test_data, z, args.threads)
                             print(f"{run.key}: selected step {rec['selected_step']}, test "
                                   + ", ".join(f"{m} {rec['test'][m]:.2f}" for m in METRICS)
                                   + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
