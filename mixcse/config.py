@@ -14,6 +14,7 @@ import yaml
 from .errors import ConfigError
 from .losses import PRESETS, ContrastiveObjective, objective_from_preset
 from .model import POOLERS
+from .tracking import parse_report_to
 
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 SELECT_ON = ("stsb_dev", "retrieval", "pairs", "none")  # mixcse.evaluation.selection.SELECT_ON
@@ -71,6 +72,7 @@ class TrainConfig:
     early_stopping_patience: int | None = None  # evaluations without improvement before stopping
     save_steps: int | None = None  # resumable checkpoint cadence; defaults to eval_steps
     log_steps: int = 10
+    report_to: str = "none"  # none | tensorboard | wandb | "tensorboard,wandb" (mixcse/tracking.py)
 
     def objective(self) -> ContrastiveObjective:
         try:
@@ -100,6 +102,7 @@ class TrainConfig:
             raise ConfigError(f"pooler must be one of {', '.join(POOLERS)}, got {self.pooler!r}")
         if self.select_on not in SELECT_ON:
             raise ConfigError(f"select_on must be one of {', '.join(SELECT_ON)}, got {self.select_on!r}")
+        parse_report_to(self.report_to)
         if self.select_split == "test":
             raise ConfigError("select_split test is refused: select on train (or dev), report on test")
         if self.precision not in PRECISIONS:

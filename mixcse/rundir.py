@@ -28,7 +28,8 @@ from .errors import MixCSEError
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "state.pt"
 BEST_DIR = "best"
-OWNED_OUTPUTS = (CHECKPOINT_DIR, BEST_DIR, "metrics.jsonl", "config.yaml", "summary.json", "README.md")
+OWNED_OUTPUTS = (CHECKPOINT_DIR, BEST_DIR, "metrics.jsonl", "config.yaml", "summary.json", "README.md",
+                 "runs", "wandb")  # runs/, wandb/: the experiment trackers' files (mixcse/tracking.py)
 
 
 def checkpoint_path(out: Path) -> Path:

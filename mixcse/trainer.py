@@ -28,6 +28,7 @@ from .fast_dropout import use_fast_dropout
 from .losses import contrastive_loss
 from .model import load_encoder
 from .progress import Progress
+from .tracking import Trackers, open_trackers
 from .rundir import (BEST_DIR, MetricsLog, checkpoint_path, clear_owned_outputs, load_checkpoint,
                      prepare_output_dir, rng_state, save_checkpoint, seed_everything, set_rng_state)
 
@@ -190,9 +191,14 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
                 clear_owned_outputs(out)  # only --overwrite, or --resume of a run stopped before its first save
             out.mkdir(parents=True, exist_ok=True)
             (out / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    trackers = open_trackers(cfg.report_to, out, resolved, state["step"]) if ctx.is_main else Trackers([])
     distributed.barrier(ctx)
     inference = SentenceEncoder(encoder, tokenizer, max_seq_length=inference_length, device=ctx.device)
     bar = Progress(total_steps, "train", "steps", initial=state["step"], enabled=ctx.is_main and progress is not False)
+
+    def log(record: dict) -> None:
+        metrics.append(record)
+        trackers.log(record)
 
     def save_best() -> None:
         if ctx.is_main:
@@ -223,7 +229,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
             save_best()
         else:
             state["bad_evals"] += 1
-        metrics.append({"step": step, selector.name: selection.score, "best_dev": state["best_dev"],
+        log({"step": step, selector.name: selection.score, "best_dev": state["best_dev"],
                         "best_step": state["best_step"], **selection.extras})
         if ctx.is_main:
             what = " (start model)" if step == 0 else f" (best {state['best_dev']:.2f} @ {state['best_step']})"
@@ -281,7 +287,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
                       "anchor_grad_norm": pooled.grad.float().norm(dim=-1).mean().item() * n,
                       "sentences_per_second": window_sentences / max(now - window_start, 1e-9)}
             record.update({k: v.item() for k, v in out_loss.stats.items()})
-            metrics.append(record)
+            log(record)
             bar.update(1, loss=loss_value, best=state["best_dev"], sentences_per_s=record["sentences_per_second"])
             window_start, window_sentences = now, 0
         else:
@@ -291,6 +297,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         if step % save_steps == 0 or step == total_steps or stop:
             save()
     bar.close()
+    trackers.close()
 
     if ctx.is_main:
         if state["best_step"] is None:  # nothing to select on: the final model is the one shipped
