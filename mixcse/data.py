@@ -16,7 +16,7 @@ Interface:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from .documents import read_segments
 from .errors import DataError
 
 
+@runtime_checkable
 class Corpus(Protocol):
     def __len__(self) -> int: ...
 
