@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from .documents import SEGMENTS
 from .errors import ConfigError
 from .losses import PRESETS, ContrastiveObjective, objective_from_preset
 from .model import POOLERS
@@ -39,8 +40,12 @@ class TrainConfig:
     max_seq_length: int = 32
     trust_remote_code: bool = False
     # data
-    max_sentences: int | None = None  # use only the first N lines of train_file
-    dedupe: bool = False
+    max_sentences: int | None = None  # use only the first N segments of train_file
+    # documents (.jsonl/.csv/.tsv/.parquet) vs plain lines: see docs/training-data.md; None = the format's default
+    text_column: str | None = None  # default: "text", with "title" in front when there is one (BEIR)
+    segment: str | None = None  # line | sentence | passage; None: line for plain text, sentence for documents
+    min_words: int | None = None  # drop shorter segments; None: 4 for documents, no minimum for plain text
+    dedupe: bool | None = None  # None: on for documents, off for plain text
     # optimisation (SimCSE's unsupervised BERT-base defaults)
     batch_size: int = 64
     learning_rate: float = 3e-5
@@ -109,10 +114,14 @@ class TrainConfig:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         positive = ["batch_size", "max_seq_length", "epochs", "eval_steps", "log_steps", "eval_batch_size"]
         for name in positive + ["max_steps", "save_steps", "max_sentences", "early_stopping_patience", "num_threads",
-                                "length_buckets", "select_docs", "inference_max_seq_length"]:
+                                "length_buckets", "select_docs", "inference_max_seq_length", "min_words"]:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"config key {name!r} must be >= 1, got {value}")
+        if self.segment is not None and self.segment not in SEGMENTS:
+            raise ConfigError(f"segment must be one of {', '.join(SEGMENTS)}, got {self.segment!r}")
+        if self.text_column is not None and not self.text_column.strip():
+            raise ConfigError("text_column must name a column (or be null for the default)")
         if self.batch_size < 2:
             raise ConfigError("batch_size must be >= 2: in-batch negatives need a second sentence")
         if self.learning_rate <= 0:

@@ -20,7 +20,8 @@ import yaml
 
 from . import distributed
 from .config import TrainConfig, build_config
-from .data import BatchPlan, TokenizedCorpus, read_sentences
+from .data import BatchPlan, TokenizedCorpus
+from .documents import describe, read_training_text
 from .encoder import SentenceEncoder
 from .errors import ConfigError, MixCSEError
 from .evaluation.selection import better, build_selector
@@ -135,7 +136,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     selector, no_selection_note = build_selector(
         cfg.select_on, data_dir=cfg.data_dir, select_data=cfg.select_data, select_split=cfg.select_split,
         batch_size=cfg.eval_batch_size, analysis=cfg.analysis_at_eval, select_docs=cfg.select_docs)
-    sentences = read_sentences(cfg.train_file, max_sentences=cfg.max_sentences, dedupe=cfg.dedupe)
+    sentences, text_stats = read_training_text(cfg)
     plan = BatchPlan(len(sentences), cfg.batch_size, cfg.seed)
     total_steps = cfg.max_steps or plan.steps_per_epoch * cfg.epochs
     seed_everything(cfg.seed)
@@ -148,6 +149,8 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         seed_everything(int(np.random.SeedSequence([cfg.seed, ctx.rank]).generate_state(1)[0]))
     corpus = TokenizedCorpus(sentences, tokenizer, cfg.max_seq_length, plan.used_indices(total_steps))
     del sentences
+    if ctx.is_main:
+        print(describe(text_stats, corpus.stats), flush=True)
 
     optimizer = build_optimizer(encoder, cfg, ctx.device)
     buckets = cfg.forward_buckets(ctx.device.type)
