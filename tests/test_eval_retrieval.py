@@ -139,9 +139,27 @@ def test_cache_is_keyed_by_max_length(beir, tmp_path):
     data, enc = load_beir(beir), Counting()
     first = evaluate_retrieval(enc, data, cache_dir=tmp_path / "cache")
     assert evaluate_retrieval(enc, data, cache_dir=tmp_path / "cache")["ndcg@10"] == first["ndcg@10"]
-    assert len(calls) == 1  # second run: all from cache
+    assert len(calls) == 2  # queries, documents; the second run took both from the cache
     evaluate_retrieval(enc, data, cache_dir=tmp_path / "cache", max_seq_length=4)
-    assert len(calls) == 2  # another length is another cache entry
+    assert len(calls) == 4  # another length is another cache entry
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_documents_encoded_in_chunks(beir, tmp_path, monkeypatch, cached):
+    from mixcse.evaluation import retrieval
+
+    monkeypatch.setattr(retrieval, "ENCODE_CHUNK", 2)
+    sizes = []
+
+    class Recording:
+        fingerprint = "recording"
+
+        def encode(self, texts, batch_size=64):
+            sizes.append(len(texts))
+            return bag_of_words(texts)
+
+    out = evaluate_retrieval(Recording(), load_beir(beir), cache_dir=tmp_path / "c" if cached else None)
+    assert sizes == [2, 1, 2, 2, 1] and out["ndcg@10"] == pytest.approx(EXPECTED["ndcg@10"])
 
 
 # ------------------------------------------------------------------------------------------------ bad files

@@ -23,7 +23,8 @@ with results. trec_eval orders a run by score, then by document id, so ties neve
 
 Like MTEB, a document whose id equals the query id is kept (``ignore_identical_ids=False``, MTEB's default).
 Search is ``mixcse.search.top_k_cosine``: faiss when installed, else numpy in blocks of queries and documents,
-so memory stays at one block's score matrix plus the embeddings (1M x 384 float32 = 1.5 GB).
+so memory stays at one block's score matrix plus the embeddings (1M x 384 float32 = 1.5 GB); documents are
+encoded 50,000 per call for the same reason.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ METRIC_LIBRARY = "ir-measures"
 METRICS = {"ndcg@10": "nDCG@10", "map@10": "AP@10", "mrr@10": "RR@10", "recall@100": "R@100"}
 DEEPEST_CUTOFF = 100  # recall@100 needs the top 100
 DEFAULT_DISTRACTORS = 1000
+ENCODE_CHUNK = 50_000  # texts per encoder call (MTEB encodes the corpus in chunks of the same size)
 
 
 @dataclass
@@ -262,6 +264,23 @@ class _Keyed:
         return encode_raw(self._encoder, sentences, batch_size)
 
 
+def _encode(encoder: _Keyed, texts: list[str], batch_size: int, cache_dir) -> np.ndarray:
+    """Embeddings in input order, ENCODE_CHUNK texts per call: the tokenised text of a million documents
+    at once would take more memory than their embeddings."""
+    out = None
+    for start in range(0, len(texts), ENCODE_CHUNK):
+        part = texts[start:start + ENCODE_CHUNK]
+        if cache_dir is not None and encoder.fingerprint:
+            index, emb, _ = encode_unique(encoder, part, batch_size=batch_size, cache_dir=cache_dir)
+            emb = emb[[index[t] for t in part]]
+        else:
+            emb = encode_raw(encoder, part, batch_size)
+        if out is None:
+            out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)
+        out[start:start + len(part)] = emb
+    return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+
 def evaluate_retrieval(encoder: Any, data: BeirData, *, batch_size: int = 64, max_seq_length: int | None = None,
                        top_k: int = DEEPEST_CUTOFF, backend: str = "auto", cache_dir=None) -> dict:
     """Encode ``data``'s queries and documents with ``encoder`` and score them (see ``score_retrieval``).
@@ -274,14 +293,8 @@ def evaluate_retrieval(encoder: Any, data: BeirData, *, batch_size: int = 64, ma
         fp = encoder_fingerprint(encoder)
         keyed = _Keyed(encoder, f"{fp}|max_seq_length={length}" if fp else None)
         t0 = time.perf_counter()
-        if cache_dir is not None and keyed.fingerprint:
-            index, emb, _ = encode_unique(keyed, data.queries + data.documents, batch_size=batch_size,
-                                          cache_dir=cache_dir)
-            q_emb = emb[[index[s] for s in data.queries]]
-            d_emb = emb[[index[s] for s in data.documents]]
-        else:
-            q_emb = encode_raw(keyed, data.queries, batch_size)
-            d_emb = encode_raw(keyed, data.documents, batch_size)
+        q_emb = _encode(keyed, data.queries, batch_size, cache_dir)
+        d_emb = _encode(keyed, data.documents, batch_size, cache_dir)
         t_encode = time.perf_counter() - t0
     out = score_retrieval(q_emb, d_emb, data, top_k=top_k, backend=backend)
     out["seconds"] = {"encode": round(t_encode, 3), **out["seconds"],
