@@ -16,10 +16,11 @@ Interface:
 Both return ``ndcg@10``, ``map@10``, ``mrr@10``, ``recall@100`` (x100, means over the judged queries; a
 query whose relevant documents are not retrieved scores 0), ``n_queries``, ``n_documents``, ``seconds``.
 
-Metrics come from ir-measures (``nDCG@10``, ``AP@10``, ``RR@10``, ``R@100``), which computes all four with
-trec_eval through pytrec_eval, the code MTEB and BEIR use for nDCG, MAP and recall; ir-measures adds the rank
-cutoff for the reciprocal rank that pytrec_eval lacks and averages over every judged query, not only those
-with results. trec_eval orders a run by score, then by document id, so ties never depend on search order.
+Metrics come from ir-measures (``nDCG@10``, ``AP@10``, ``RR@10``, ``R@100``). It computes nDCG, AP and recall
+with trec_eval through pytrec_eval, the code MTEB and BEIR call, and the cut-off reciprocal rank (which
+pytrec_eval lacks, so MTEB hand-writes it) with the MS MARCO evaluation logic; it also averages over every
+judged query, counting one without results as 0. Ties never depend on search order: trec_eval orders a run
+by score, then document id.
 
 Like MTEB, a document whose id equals the query id is kept (``ignore_identical_ids=False``, MTEB's default).
 Search is ``mixcse.search.top_k_cosine``: faiss when installed, else numpy in blocks of queries and documents,
