@@ -219,8 +219,18 @@ def _eval_section(eval_results: dict) -> list[str]:
         lines += _table([LABELS.get(k, k) for k in keys] + ["Avg."],
                         [[_num(transfer[k].get("acc")) for k in keys] + [_num(transfer.get("avg"))]])
         lines.append("")
+    retrieval = eval_results.get("retrieval")
+    if isinstance(retrieval, dict) and retrieval:
+        where = settings.get("retrieval") or {}
+        name = Path(where["data_dir"]).name if where.get("data_dir") else "BEIR"
+        lines += [f"Retrieval on {name} (split {where.get('split', '?')}, {retrieval.get('n_queries')} queries, "
+                  f"{retrieval.get('n_documents')} documents): x100, exact cosine search over the whole corpus, "
+                  f"max length {retrieval.get('max_seq_length')}.", ""]
+        lines += _table(["nDCG@10", "MAP@10", "MRR@10", "Recall@100"],
+                        [[_num(retrieval.get(k)) for k in ("ndcg@10", "map@10", "mrr@10", "recall@100")]])
+        lines.append("")
     if len(lines) == 2:
-        lines += ["No STS or transfer results were recorded.", ""]
+        lines += ["No STS, transfer or retrieval results were recorded.", ""]
     return lines
 
 
