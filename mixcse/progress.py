@@ -89,7 +89,7 @@ class Progress:
         parts += [f"{k} {_value(v)}" for k, v in self.fields.items()]
         if done and elapsed > 0:
             rate = done / elapsed
-            parts.append(f"{rate:.1f} {self.unit}/s" if rate >= 1 else f"{rate:.3g} {self.unit}/s")
+            parts.append(f"{rate:.1f} {self.unit}/s" if rate >= 1 else f"{1 / rate:.1f} s/{self.unit.rstrip('s')}")
         parts.append(f"elapsed {_clock(elapsed)}")
         if self.total and done and self.count < self.total:
             parts.append(f"ETA {_clock(elapsed / done * (self.total - self.count))}")
