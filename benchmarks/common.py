@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import platform
@@ -58,18 +57,18 @@ def machine_info() -> dict:
 
 def read_corpus(n: int, *, skip: int = 0, path: Path = CORPUS) -> list[str]:
     """The first ``n`` non-blank lines after ``skip`` of the shared corpus (read lazily: no full decompression)."""
+    from mixcse.reader import iter_lines
+
     out: list[str] = []
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            if skip:
-                skip -= 1
-                continue
-            out.append(line)
-            if len(out) >= n:
-                break
+    for _, line in iter_lines(path, what="corpus"):
+        if not line:
+            continue
+        if skip:
+            skip -= 1
+            continue
+        out.append(line)
+        if len(out) >= n:
+            break
     if len(out) < n:
         raise SystemExit(f"{path} has fewer than {n} sentences")
     return out

@@ -94,7 +94,7 @@ BACKBONES = {
                 "steps": 250, "eval_steps": 25},
 }
 COMMON = {"batch_size": 64, "max_seq_length": 32, "temperature": 0.05, "log_steps": 5, "eval_batch_size": 128,
-          "analysis_at_eval": True, "eval_at_start": True, "num_threads": THREADS,
+          "analysis_at_eval": True, "num_threads": THREADS,
           # The table's first runs predate the length-bucketed forward and the numpy dropout masks (same function,
           # same distribution, other random streams); every run of the table keeps the earlier path.
           "length_buckets": 1, "fast_cpu_dropout": False}

@@ -10,7 +10,7 @@ of each:
   Everything else is the library's default -- notably HF's fused AdamW and ST's separate forward pass per column.
 * **mixcse**: ``mixcse.train`` with ``loss=simcse`` (one direction, temperature 0.05), ``pooler=cls_before_pooler``
   (raw [CLS], no MLP head: the peer's pooling), the same batch, length, optimiser settings, precision and threads;
-  evaluation disabled (no dev data, ``eval_at_start=false``). It always writes its final checkpoint and model at the
+  evaluation disabled (``select_on: none``). It always writes its final checkpoint and model at the
   end; that is counted against it.
 
 Same sentences (``steps x 64`` corpus lines, the same ones for both sides in a round), same backbone weights, same
@@ -131,7 +131,7 @@ def run_mixcse(train_file: Path, steps: int, threads: int, workdir: Path, seed: 
               "temperature": 1.0 / SCALE, "pooler": "cls_before_pooler", "batch_size": BATCH,
               "max_seq_length": MAX_LEN, "learning_rate": LR, "weight_decay": 0.0, "warmup_ratio": 0.0,
               "max_grad_norm": 1.0, "max_steps": steps, "precision": "fp32", "num_threads": threads,
-              "eval_at_start": False, "data_dir": str(workdir / "no-dev-data"), "log_steps": 10, "seed": seed}
+              "select_on": "none", "log_steps": 10, "seed": seed}
     if length_buckets is not None:
         config["length_buckets"] = length_buckets
     trainer_module.load_encoder = timed_load

@@ -15,7 +15,8 @@ def _train(args: argparse.Namespace) -> int:
     config = load_recipe(args.recipe, args.overrides)
     result = train(config, overwrite=args.overwrite, resume=args.resume)
     fmt = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
-    print(f"raw STS-B dev {fmt(result.raw_dev)} -> best {fmt(result.best_dev)} at step {result.best_step}; "
+    metric = {"stsb_dev": "STS-B dev", None: "selection metric (none)"}.get(result.select_metric, result.select_metric)
+    print(f"start {metric} {fmt(result.raw_dev)} -> best {fmt(result.best_dev)} at step {result.best_step}; "
           f"{result.steps} steps in {result.train_seconds:.1f}s ({result.sentences_per_second:.1f} sentences/s); "
           f"model in {result.output_dir}/best")
     return 0

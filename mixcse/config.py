@@ -11,11 +11,14 @@ from pathlib import Path
 
 import yaml
 
+from .documents import SEGMENTS
 from .errors import ConfigError
 from .losses import PRESETS, ContrastiveObjective, objective_from_preset
 from .model import POOLERS
+from .tracking import parse_report_to
 
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+SELECT_ON = ("stsb_dev", "retrieval", "pairs", "none")  # mixcse.evaluation.selection.SELECT_ON
 
 
 @dataclass
@@ -37,8 +40,12 @@ class TrainConfig:
     max_seq_length: int = 32
     trust_remote_code: bool = False
     # data
-    max_sentences: int | None = None  # use only the first N lines of train_file
-    dedupe: bool = False
+    max_sentences: int | None = None  # use only the first N segments of train_file
+    # documents (.jsonl/.csv/.tsv/.parquet) vs plain lines: see docs/training-data.md; None = the format's default
+    text_column: str | None = None  # default: "text", with "title" in front when there is one (BEIR)
+    segment: str | None = None  # line | sentence | passage; None: line for plain text, sentence for documents
+    min_words: int | None = None  # drop shorter segments; None: 4 for documents, no minimum for plain text
+    dedupe: bool | None = None  # None: on for documents, off for plain text
     # optimisation (SimCSE's unsupervised BERT-base defaults)
     batch_size: int = 64
     learning_rate: float = 3e-5
@@ -55,15 +62,22 @@ class TrainConfig:
     # cost more than the padding: 3x slower steps measured on an H200)
     length_buckets: int | None = None
     fast_cpu_dropout: bool = True  # on CPU, draw dropout masks with numpy (mixcse/fast_dropout.py): ~3x cheaper
-    # evaluation / checkpoints
-    data_dir: str | None = None  # SentEval layout; STS-B dev selects the best checkpoint
+    # checkpoint selection (mixcse/evaluation/selection.py): the start model (step 0) is always a candidate
+    select_on: str = "stsb_dev"  # stsb_dev | retrieval | pairs | none
+    data_dir: str | None = None  # SentEval layout, for select_on stsb_dev (None: $MIXCSE_DATA, ./data, ../shared)
+    select_data: str | None = None  # retrieval: a BEIR folder; pairs: a .tsv/.csv of sentence1, sentence2, score
+    select_split: str = "train"  # retrieval: the qrels split to select on (never test)
+    select_docs: int | None = None  # retrieval: distractor documents in the selection sub-corpus (None: default)
+    # inference length saved with best/ and used by selection; None = the starting model's own (e.g. 256 for
+    # all-MiniLM-L6-v2), which training's max_seq_length does not change
+    inference_max_seq_length: int | None = None
     eval_steps: int = 125
     eval_batch_size: int = 128
-    eval_at_start: bool = True
     analysis_at_eval: bool = False  # also log alignment/uniformity/max angle of STS-B dev at each evaluation
     early_stopping_patience: int | None = None  # evaluations without improvement before stopping
     save_steps: int | None = None  # resumable checkpoint cadence; defaults to eval_steps
     log_steps: int = 10
+    report_to: str = "none"  # none | tensorboard | wandb | "tensorboard,wandb" (mixcse/tracking.py)
 
     def objective(self) -> ContrastiveObjective:
         try:
@@ -91,14 +105,23 @@ class TrainConfig:
             raise ConfigError(f"loss must be one of {', '.join(PRESETS)}, got {self.loss!r}")
         if self.pooler not in POOLERS:
             raise ConfigError(f"pooler must be one of {', '.join(POOLERS)}, got {self.pooler!r}")
+        if self.select_on not in SELECT_ON:
+            raise ConfigError(f"select_on must be one of {', '.join(SELECT_ON)}, got {self.select_on!r}")
+        parse_report_to(self.report_to)
+        if self.select_split == "test":
+            raise ConfigError("select_split test is refused: select on train (or dev), report on test")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         positive = ["batch_size", "max_seq_length", "epochs", "eval_steps", "log_steps", "eval_batch_size"]
         for name in positive + ["max_steps", "save_steps", "max_sentences", "early_stopping_patience", "num_threads",
-                                "length_buckets"]:
+                                "length_buckets", "select_docs", "inference_max_seq_length", "min_words"]:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"config key {name!r} must be >= 1, got {value}")
+        if self.segment is not None and self.segment not in SEGMENTS:
+            raise ConfigError(f"segment must be one of {', '.join(SEGMENTS)}, got {self.segment!r}")
+        if self.text_column is not None and not self.text_column.strip():
+            raise ConfigError("text_column must name a column (or be null for the default)")
         if self.batch_size < 2:
             raise ConfigError("batch_size must be >= 2: in-batch negatives need a second sentence")
         if self.learning_rate <= 0:

@@ -1,45 +1,40 @@
-"""Training text: one sentence per line (plain or .gz), tokenised once, batched in a seeded order."""
+"""Training data: the text a run reads, tokenised once, batched in a seeded order.
+
+Interface:
+    Corpus (Protocol): ``len(corpus)`` (number of segments; batch indices lie in ``range(len(corpus))``) and
+        ``corpus.batch(indices) -> {"input_ids", "attention_mask"}`` (int64 tensors, padded to the batch's longest
+        sequence). ``TokenizedCorpus`` is the in-memory implementation; another (e.g. memory-mapped) corpus needs
+        only these two.
+    TokenizedCorpus(sentences, tokenizer, max_seq_length, indices=None): tokenises ``sentences[indices]`` (the ones a
+        run uses) in one call; ``.stats`` = {sequences, tokens, truncated, truncated_share, max_seq_length} of that
+        pass (tokens include special tokens; truncated_share is None for a tokenizer that cannot tell).
+    BatchPlan(n_sentences, batch_size, seed): which indices form each global batch.
+    read_sentences(path, *, max_sentences=None, dedupe=False) -> list[str]: the non-blank lines of a plain or .gz
+        file (``documents.read_segments`` in ``line`` mode; see mixcse/documents.py for documents).
+"""
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
+from .documents import read_segments
 from .errors import DataError
+
+
+@runtime_checkable
+class Corpus(Protocol):
+    def __len__(self) -> int: ...
+
+    def batch(self, indices: np.ndarray) -> dict[str, torch.Tensor]: ...
 
 
 def read_sentences(path: str | Path, *, max_sentences: int | None = None, dedupe: bool = False) -> list[str]:
     """Non-blank, stripped lines; strict UTF-8 so that a binary or mis-encoded file fails loudly, with its line."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"training file not found: {path}")
-    opener = gzip.open if path.suffix == ".gz" else open
-    sentences: list[str] = []
-    seen: set[str] = set()
-    try:
-        with opener(path, "rb") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                if b"\0" in raw:
-                    raise DataError(f"{path}:{lineno}: not a text file (NUL byte)")
-                try:
-                    line = raw.decode("utf-8").strip()
-                except UnicodeDecodeError:
-                    raise DataError(f"{path}:{lineno}: not UTF-8 text") from None
-                if not line or (dedupe and line in seen):
-                    continue
-                if dedupe:
-                    seen.add(line)
-                sentences.append(line)
-                if max_sentences is not None and len(sentences) >= max_sentences:
-                    break
-    except (OSError, EOFError) as exc:  # e.g. a truncated or fake .gz
-        raise DataError(f"cannot read {path}: {exc}") from None
-    if not sentences:
-        raise DataError(f"training file has no sentences: {path}")
-    return sentences
+    return read_segments(path, segment="line", min_words=1, dedupe=dedupe, max_sentences=max_sentences)[0]
 
 
 class BatchPlan:
@@ -74,14 +69,23 @@ class BatchPlan:
 
 
 class TokenizedCorpus:
-    """Token ids of the sentences a run will use, tokenised in one call ahead of training."""
+    """Token ids of the sentences a run will use, tokenised in one call ahead of training (a ``Corpus``)."""
 
     def __init__(self, sentences: list[str], tokenizer, max_seq_length: int, indices: np.ndarray | None = None):
         indices = np.arange(len(sentences)) if indices is None else indices
         encoded = tokenizer([sentences[i] for i in indices], truncation=True, max_length=max_seq_length,
                             add_special_tokens=True, return_attention_mask=False, return_token_type_ids=False)
         self._ids = dict(zip(indices.tolist(), encoded["input_ids"]))
+        self._size = len(sentences)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        # A fast tokenizer keeps what truncation cut off in each encoding's ``overflowing``; a slow one does not say.
+        truncated = sum(bool(e.overflowing) for e in encoded.encodings) if encoded.encodings is not None else None
+        self.stats = {"sequences": len(self._ids), "tokens": sum(len(ids) for ids in encoded["input_ids"]),
+                      "truncated": truncated, "max_seq_length": max_seq_length,
+                      "truncated_share": None if truncated is None else truncated / max(len(self._ids), 1)}
+
+    def __len__(self) -> int:
+        return self._size
 
     def batch(self, indices: np.ndarray) -> dict[str, torch.Tensor]:
         """Padded to the batch's own longest sequence."""

@@ -7,7 +7,6 @@ embeddings is the i-th non-blank line.
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import sys
 import tempfile
@@ -16,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import MixCSEError
+from .errors import DataError, MixCSEError
 from .model import POOLERS
+from .reader import read_nonblank
 
 OUTPUT_FORMATS = (".npy", ".safetensors")
 SAFETENSORS_KEY = "embeddings"
@@ -25,30 +25,10 @@ SAFETENSORS_KEY = "embeddings"
 
 # ----------------------------------------------------------------------------------------------- files
 def read_lines(path: str | os.PathLike, what: str = "input") -> tuple[list[str], int]:
-    """(non-blank stripped lines, number of blank lines skipped); MixCSEError for a missing or empty file."""
-    path = Path(path)
-    if not path.is_file():
-        raise MixCSEError(f"{what} file not found: {path}")
-    opener = gzip.open if path.suffix == ".gz" else open
-    lines: list[str] = []
-    blank = 0
-    try:
-        with opener(path, "rb") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                try:
-                    line = raw.decode("utf-8").strip()
-                except UnicodeDecodeError:
-                    raise MixCSEError(f"{path}:{lineno}: not UTF-8 text") from None
-                if "\0" in line:
-                    raise MixCSEError(f"{path}:{lineno}: not a text file (NUL byte)")
-                if line:
-                    lines.append(line)
-                else:
-                    blank += 1
-    except (OSError, EOFError) as exc:
-        raise MixCSEError(f"cannot read {what} file {path}: {exc}") from None
+    """(non-blank stripped lines, number of blank lines skipped); DataError for a missing, unreadable or empty file."""
+    lines, blank = read_nonblank(path, what=what)
     if not lines:
-        raise MixCSEError(f"{what} file has no sentences (it is empty or blank): {path}")
+        raise DataError(f"{what} file has no sentences (it is empty or blank): {path}")
     return lines, blank
 
 

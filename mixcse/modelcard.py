@@ -186,8 +186,19 @@ def _eval_section(eval_results: dict) -> list[str]:
                                 [[number(transfer[k].get("acc")) for k in keys] + [number(transfer.get("avg"))]],
                                 centred=True)
         lines.append("")
+    retrieval = eval_results.get("retrieval")
+    if isinstance(retrieval, dict) and retrieval:
+        where = settings.get("retrieval") or {}
+        name = Path(where["data_dir"]).name if where.get("data_dir") else "BEIR"
+        lines += [f"Retrieval on {name} (split {where.get('split', '?')}, {retrieval.get('n_queries')} queries, "
+                  f"{retrieval.get('n_documents')} documents): x100, exact cosine search over the whole corpus, "
+                  f"max length {retrieval.get('max_seq_length')}.", ""]
+        lines += markdown_table(["nDCG@10", "MAP@10", "MRR@10", "Recall@100"],
+                                [[number(retrieval.get(k)) for k in ("ndcg@10", "map@10", "mrr@10", "recall@100")]],
+                                centred=True)
+        lines.append("")
     if len(lines) == 2:
-        lines += ["No STS or transfer results were recorded.", ""]
+        lines += ["No STS, transfer or retrieval results were recorded.", ""]
     return lines
 
 
@@ -296,17 +307,21 @@ def render_model_card(best_dir: Path, resolved: dict, summary: dict, eval_result
                          f"({summary.get('sentences_per_second', 0):.0f} sentences/s)")
         lines.append("")
 
-        lines += ["### STS-B Development Set", ""]
+        metric = summary.get("select_metric", "stsb_dev" if summary.get("best_dev") is not None else None)
+        lines += ["### Checkpoint Selection", ""]
         if summary.get("best_dev") is not None:
-            lines += ["Spearman correlation x100 of cosine similarities on the STS-B development set, which selects "
-                      "the checkpoint.", ""]
-            lines += markdown_table(["checkpoint", "STS-B dev"],
-                                    [["raw (before training)", number(summary.get("raw_dev"))],
-                                     [f"best (step {summary.get('best_step', '?')})", number(summary.get("best_dev"))]],
-                                    centred=True)
+            what = summary.get("selection") or "Spearman correlation x100 of cosine similarities on the STS-B " \
+                                                "development set"
+            lines += [f"Selected on {what}; the starting model was a candidate.", ""]
+            lines += markdown_table(["checkpoint", f"`{metric}`"],
+                                    [["start (before training)", number(summary.get("raw_dev"))],
+                                     [f"selected (step {summary.get('best_step', '?')})",
+                                      number(summary.get("best_dev"))]], centred=True)
+            if summary.get("start_won"):
+                lines += ["", "No training step beat the starting model on this metric: these are its weights."]
             lines.append("")
         else:
-            lines += ["No STS-B development data was available during training: this is the final checkpoint"
+            lines += ["No selection data was used during training: this is the final checkpoint"
                       + (f" (step {summary['best_step']})." if summary.get("best_step") else "."), ""]
 
     if eval_results:

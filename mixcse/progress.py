@@ -6,7 +6,7 @@ prints a plain line at most every ``every_seconds`` and once at the end, e.g.
     train: 125/250 steps (50%), loss 0.0123, dev 74.10, 110.2 sentences/s, elapsed 1m05s, ETA 1m05s
 
 Interface: ``update(n=1, **fields)`` advances and sets the fields shown after the count (the latest value of each
-is kept); ``write(message)`` prints a line that never lands on the bar; ``close()`` ends it (the non-TTY form
+is kept); ``write(message)`` prints a result line (to stdout) that never lands on the bar; ``close()`` ends it (the non-TTY form
 prints its last line then). ``enabled=False`` makes all three silent except ``write``, which still prints.
 Usable as a context manager.
 """
@@ -70,11 +70,13 @@ class Progress:
         if now - self._last_print >= self.every_seconds:
             self._print_line(now)
 
-    def write(self, message: str) -> None:
+    def write(self, message: str, file: IO[str] | None = None) -> None:
+        """A result line (stdout unless ``file``), printed above the bar rather than onto it."""
+        file = file if file is not None else sys.stdout
         if self._bar is not None:
-            self._bar.write(message, file=self.stream)
+            self._bar.write(message, file=file)
         else:
-            print(message, file=self.stream, flush=True)
+            print(message, file=file, flush=True)
 
     def line(self, now: float | None = None) -> str:
         """The plain progress line (what a non-terminal sees)."""
@@ -87,7 +89,7 @@ class Progress:
         parts += [f"{k} {_value(v)}" for k, v in self.fields.items()]
         if done and elapsed > 0:
             rate = done / elapsed
-            parts.append(f"{rate:.1f} {self.unit}/s" if rate >= 1 else f"{rate:.3g} {self.unit}/s")
+            parts.append(f"{rate:.1f} {self.unit}/s" if rate >= 1 else f"{1 / rate:.1f} s/{self.unit.rstrip('s')}")
         parts.append(f"elapsed {_clock(elapsed)}")
         if self.total and done and self.count < self.total:
             parts.append(f"ETA {_clock(elapsed / done * (self.total - self.count))}")

@@ -44,8 +44,12 @@ def resolve_backend(backend: str) -> str:
 
 
 def top_k_cosine(queries: np.ndarray, corpus: np.ndarray, top_k: int, *, backend: str = "auto",
-                 block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, indices), each (n_queries, min(top_k, n_corpus)), best first; ties go to the lower index."""
+                 block: int = 1024, corpus_block: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, indices), each (n_queries, min(top_k, n_corpus)), best first; ties go to the lower index.
+
+    numpy scores ``block`` queries against ``corpus_block`` documents at a time and keeps a running top-k, so
+    memory beyond the embeddings is one block x corpus_block float32 matrix (256 MB by default), whatever the
+    corpus size; faiss blocks its exact search internally."""
     if top_k < 1:
         raise MixCSEError(f"top_k must be >= 1, got {top_k}")
     q, c = normalize_rows(queries), normalize_rows(corpus)
@@ -64,10 +68,18 @@ def top_k_cosine(queries: np.ndarray, corpus: np.ndarray, top_k: int, *, backend
     scores = np.empty((q.shape[0], k), dtype=np.float32)
     indices = np.empty((q.shape[0], k), dtype=np.int64)
     for start in range(0, q.shape[0], block):
-        sim = q[start:start + block] @ c.T
-        part = np.argpartition(-sim, k - 1, axis=1)[:, :k] if k < sim.shape[1] else np.tile(np.arange(k), (len(sim), 1))
-        part_scores = np.take_along_axis(sim, part, axis=1)
-        order = np.lexsort((part, -part_scores), axis=1)  # by score descending, then index ascending
-        indices[start:start + block] = np.take_along_axis(part, order, axis=1)
-        scores[start:start + block] = np.take_along_axis(part_scores, order, axis=1)
+        best_s = np.empty((min(block, q.shape[0] - start), 0), dtype=np.float32)
+        best_i = np.empty(best_s.shape, dtype=np.int64)
+        for c_start in range(0, c.shape[0], corpus_block):
+            sim = q[start:start + block] @ c[c_start:c_start + corpus_block].T
+            kk = min(k, sim.shape[1])
+            part = np.argpartition(-sim, kk - 1, axis=1)[:, :kk] if kk < sim.shape[1] else \
+                np.tile(np.arange(kk), (len(sim), 1))
+            best_s = np.concatenate([best_s, np.take_along_axis(sim, part, axis=1)], axis=1)
+            best_i = np.concatenate([best_i, part + c_start], axis=1)
+            order = np.lexsort((best_i, -best_s), axis=1)[:, :k]  # by score descending, then index ascending
+            best_s = np.take_along_axis(best_s, order, axis=1)
+            best_i = np.take_along_axis(best_i, order, axis=1)
+        indices[start:start + block] = best_i
+        scores[start:start + block] = best_s
     return scores, indices

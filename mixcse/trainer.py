@@ -1,12 +1,14 @@
-"""The training loop: plain PyTorch, one obvious path, resumable bit for bit."""
+"""The training loop: plain PyTorch, one obvious path, resumable bit for bit.
+
+``train(config)`` = setup (config, output directory, selector, corpus, model, optimiser) + the loop (step, log,
+select, checkpoint) + the final writes. Its pieces live in their own modules: the run directory and checkpoints
+(rundir.py), checkpoint selection (evaluation/selection.py), the corpus (data.py), progress (progress.py).
+"""
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import random
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -18,17 +20,18 @@ import yaml
 
 from . import distributed
 from .config import TrainConfig, build_config
-from .data import BatchPlan, TokenizedCorpus, read_sentences
+from .data import BatchPlan, TokenizedCorpus
+from .documents import describe, read_training_text
 from .encoder import SentenceEncoder
 from .errors import ConfigError, MixCSEError
+from .evaluation.selection import better, build_selector
 from .fast_dropout import use_fast_dropout
 from .model import load_encoder
+from .progress import Progress
+from .rundir import (BEST_DIR, MetricsLog, checkpoint_path, clear_owned_outputs, load_checkpoint,
+                     prepare_output_dir, rng_state, save_checkpoint, seed_everything, set_rng_state)
 from .step import make_step
-
-CHECKPOINT_DIR = "checkpoint"
-BEST_DIR = "best"
-OWNED_OUTPUTS = (CHECKPOINT_DIR, BEST_DIR, "metrics.jsonl", "config.yaml", "summary.json", "README.md")
-
+from .tracking import Trackers, open_trackers
 
 @dataclass
 class TrainResult:
@@ -39,6 +42,7 @@ class TrainResult:
     raw_dev: float | None
     train_seconds: float
     sentences_per_second: float
+    select_metric: str | None = None  # the selector's name (e.g. "stsb_dev"); None when nothing selected
 
 
 def cpu_supports_bf16() -> bool:
@@ -64,42 +68,14 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return precision
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
-def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
 
 
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def atomic_torch_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
-def check_output_dir(out: Path, *, overwrite: bool, resume: bool) -> None:
-    if resume:
-        if not (out / CHECKPOINT_DIR / "state.pt").exists():
-            raise MixCSEError(f"--resume: no checkpoint in {out / CHECKPOINT_DIR}")
-        return
-    if out.exists() and not out.is_dir():
-        raise MixCSEError(f"output_dir exists and is not a directory: {out}")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise MixCSEError(f"output_dir {out} is not empty; pass --overwrite to replace it or --resume to continue")
 
 
 def optimizer_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -134,51 +110,11 @@ def linear_schedule(total_steps: int, warmup_steps: int):
     return factor
 
 
-class DevEvaluator:
-    """STS-B dev Spearman with the test-time pooler; absent data means no evaluation (best = last).
-
-    With ``analysis`` it also returns the paper's embedding-space figures on the same embeddings: alignment,
-    uniformity and the pairwise angles of STS-B dev (mixcse.evaluation.analysis).
-    """
-
-    def __init__(self, data_dir: str | None, batch_size: int, analysis: bool = False):
-        from .evaluation import resolve_data_dir, stsb_dev_spearman
-
-        try:  # accepts the downstream/ folder or its parent, as `mixcse data download` lays it out
-            self.data_dir = str(resolve_data_dir(data_dir))
-        except MixCSEError:
-            self.data_dir = None
-        self._score = stsb_dev_spearman
-        self.batch_size = batch_size
-        self.analysis = analysis
-        self.available = bool(self.data_dir) and (Path(self.data_dir) / "STS/STSBenchmark/sts-dev.csv").exists()
-
-    def __call__(self, encoder, tokenizer) -> tuple[float | None, dict]:
-        if not self.available:
-            return None, {}
-        inference = SentenceEncoder(encoder, tokenizer, device=next(encoder.parameters()).device)
-        cache: dict[str, np.ndarray] = {}
-
-        def embed(sentences: list[str]) -> np.ndarray:
-            missing = [s for s in dict.fromkeys(sentences) if s not in cache]
-            if missing:
-                cache.update(zip(missing, inference.encode(missing, batch_size=self.batch_size)))
-            return np.stack([cache[s] for s in sentences]) if sentences else np.zeros((0, encoder.hidden_size))
-
-        score = float(self._score(embed, self.data_dir, batch_size=self.batch_size))
-        extra = {}
-        if self.analysis:
-            from .evaluation.analysis import analyse
-            from .evaluation.data import load_stsb
-
-            stats = analyse({"dev": load_stsb(Path(self.data_dir), "dev")}, embed)
-            extra = {k: stats[k] for k in ("alignment", "uniformity", "max_angle", "mean_angle")}
-        return score, extra
-
-
 def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool = False,
           progress: bool | None = None) -> TrainResult:
-    """Train a sentence encoder as ``config`` says; see README for the outputs."""
+    """Train a sentence encoder as ``config`` says; docs/training.md describes the outputs.
+
+    ``progress``: None shows a bar on a terminal and a plain line every 30 s elsewhere; False is silent."""
     cfg = config if isinstance(config, TrainConfig) else build_config(dict(config))
     cfg.validate()
     ctx = distributed.init_from_env()
@@ -190,24 +126,31 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     if cfg.batch_size % ctx.world_size:
         raise ConfigError(f"batch_size {cfg.batch_size} is not divisible by the {ctx.world_size} processes")
 
-    check_output_dir(out, overwrite=overwrite, resume=resume)
+    resume = prepare_output_dir(out, cfg.to_dict(), overwrite=overwrite, resume=resume)
     if resume:  # the run continues under the config it started with, except for explicitly changed keys
         saved = yaml.safe_load((out / "config.yaml").read_text())["config"]
         if saved != cfg.to_dict() and ctx.is_main:
             changed = sorted(k for k in saved if saved[k] != cfg.to_dict().get(k))
             print(f"note: resuming with changed config keys: {', '.join(changed)}", file=sys.stderr)
     # Fail on bad input before anything is written.
-    sentences = read_sentences(cfg.train_file, max_sentences=cfg.max_sentences, dedupe=cfg.dedupe)
+    selector, no_selection_note = build_selector(
+        cfg.select_on, data_dir=cfg.data_dir, select_data=cfg.select_data, select_split=cfg.select_split,
+        batch_size=cfg.eval_batch_size, analysis=cfg.analysis_at_eval, select_docs=cfg.select_docs)
+    sentences, text_stats = read_training_text(cfg)
     plan = BatchPlan(len(sentences), cfg.batch_size, cfg.seed)
     total_steps = cfg.max_steps or plan.steps_per_epoch * cfg.epochs
     seed_everything(cfg.seed)
-    encoder, tokenizer, _ = load_encoder(cfg.model, pooler=cfg.pooler, mlp_only_train=cfg.mlp_only_train,
-                                         trust_remote_code=cfg.trust_remote_code)
+    encoder, tokenizer, source = load_encoder(cfg.model, pooler=cfg.pooler, mlp_only_train=cfg.mlp_only_train,
+                                              trust_remote_code=cfg.trust_remote_code)
+    # Inference settings travel from the starting model to best/: training length is not inference length.
+    inference_length = cfg.inference_max_seq_length or source.get("max_seq_length")
     prepare_for_training(encoder, cfg, ctx.device)
     if ctx.rank:  # every rank starts from the same weights, but draws its own dropout masks (rank 0 keeps `seed`)
         seed_everything(int(np.random.SeedSequence([cfg.seed, ctx.rank]).generate_state(1)[0]))
     corpus = TokenizedCorpus(sentences, tokenizer, cfg.max_seq_length, plan.used_indices(total_steps))
     del sentences
+    if ctx.is_main:
+        print(describe(text_stats, corpus.stats), flush=True)
 
     optimizer = build_optimizer(encoder, cfg, ctx.device)
     warmup = int(cfg.warmup_ratio * total_steps)
@@ -219,16 +162,17 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         # The backbone's own pooler layer (BERT) is never used: let DDP skip it.
         model = torch.nn.parallel.DistributedDataParallel(encoder, device_ids=device_ids,
                                                           find_unused_parameters=True)
-    evaluator = DevEvaluator(cfg.data_dir, cfg.eval_batch_size, analysis=cfg.analysis_at_eval)
     save_steps = cfg.save_steps or cfg.eval_steps
 
     state = {"step": 0, "best_dev": None, "best_step": None, "raw_dev": None, "bad_evals": 0,
              "train_seconds": 0.0, "sentences_seen": 0}
     resolved = {"config": cfg.to_dict(), "objective": vars(objective) | {}, "precision": precision,
                 "world_size": ctx.world_size, "total_steps": total_steps, "steps_per_epoch": plan.steps_per_epoch,
-                "torch_threads": torch.get_num_threads(), "device": str(ctx.device)}
+                "torch_threads": torch.get_num_threads(), "device": str(ctx.device),
+                "selection": selector.description if selector else None,
+                "inference_max_seq_length": inference_length}
     if resume:
-        ckpt = torch.load(out / CHECKPOINT_DIR / "state.pt", map_location=ctx.device, weights_only=False)
+        ckpt = load_checkpoint(checkpoint_path(out), ctx.device)
         encoder.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
@@ -236,82 +180,68 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
             scaler.load_state_dict(ckpt["scaler"])
         state.update(ckpt["state"])
         set_rng_state(ckpt["rng"][ctx.rank] if isinstance(ckpt["rng"], list) else ckpt["rng"])
+    metrics = MetricsLog(out / "metrics.jsonl", enabled=ctx.is_main)
     if ctx.is_main:
         print("mixcse train " + json.dumps(resolved, default=str), flush=True)
-        if not resume:
-            if overwrite and out.exists():
-                for name in OWNED_OUTPUTS:
-                    target = out / name
-                    shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+        if no_selection_note:
+            print(f"note: {no_selection_note}", file=sys.stderr, flush=True)
+        if resume:
+            metrics.truncate_after(state["step"])
+        else:
+            if out.exists():
+                clear_owned_outputs(out)  # only --overwrite, or --resume of a run stopped before its first save
             out.mkdir(parents=True, exist_ok=True)
             (out / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    trackers = open_trackers(cfg.report_to, out, resolved, state["step"]) if ctx.is_main else Trackers([])
     distributed.barrier(ctx)
-
-    metrics_path = out / "metrics.jsonl"
-    if ctx.is_main and resume and metrics_path.exists():
-        # Drop what a killed run logged after its last checkpoint: the resumed run logs those steps again.
-        kept = [line for line in metrics_path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= state["step"]]
-        metrics_path.write_text("".join(line + "\n" for line in kept))
+    inference = SentenceEncoder(encoder, tokenizer, max_seq_length=inference_length, device=ctx.device)
+    bar = Progress(total_steps, "train", "steps", initial=state["step"], enabled=ctx.is_main and progress is not False)
 
     def log(record: dict) -> None:
-        if ctx.is_main:
-            with open(metrics_path, "a") as fh:
-                fh.write(json.dumps(record) + "\n")
+        metrics.append(record)
+        trackers.log(record)
 
-    def save_best(step: int) -> None:
+    def save_best() -> None:
         if ctx.is_main:
-            encoder.save(out / BEST_DIR, tokenizer, max_seq_length=None)
+            encoder.save(out / BEST_DIR, tokenizer, max_seq_length=inference_length)
 
-    def save_checkpoint() -> None:
+    def save() -> None:
         rngs = [None] * ctx.world_size
         if ctx.enabled:
             torch.distributed.all_gather_object(rngs, rng_state())
         else:
             rngs = [rng_state()]
         if ctx.is_main:
-            (out / CHECKPOINT_DIR).mkdir(exist_ok=True)
-            atomic_torch_save({"model": encoder.state_dict(), "optimizer": optimizer.state_dict(),
-                               "scheduler": scheduler.state_dict(),
-                               "scaler": scaler.state_dict() if scaler is not None else None,
-                               "state": dict(state), "rng": rngs, "config": cfg.to_dict()},
-                              out / CHECKPOINT_DIR / "state.pt")
+            save_checkpoint(checkpoint_path(out), {
+                "model": encoder.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict() if scaler is not None else None,
+                "state": dict(state), "rng": rngs, "config": cfg.to_dict()})
 
-    def evaluate_and_select(step: int) -> bool:
-        """Returns True when early stopping says stop."""
-        score, extra = evaluator(encoder, tokenizer) if ctx.is_main else (None, {})
-        score = distributed.broadcast_object(score, ctx)
+    def select(step: int) -> bool:
+        """Score the model on the selector's data; keep it in best/ when it beats every earlier candidate, the
+        start model (step 0) included. Returns True when early stopping says stop."""
+        selection = selector(inference) if ctx.is_main else None
+        selection = distributed.broadcast_object(selection, ctx)
         encoder.train()
-        if score is None:
-            return False
-        # A NaN score (e.g. constant embeddings) never wins against a real one.
-        rank_of = lambda x: -math.inf if x is None or math.isnan(x) else x  # noqa: E731
-        improved = state["best_step"] is None or rank_of(score) > rank_of(state["best_dev"])
-        if improved:
-            state.update(best_dev=score, best_step=step, bad_evals=0)
-            save_best(step)
+        if step == 0:
+            state["raw_dev"] = selection.score
+        if state["best_step"] is None or better(selection.score, state["best_dev"], selector.greater_is_better):
+            state.update(best_dev=selection.score, best_step=step, bad_evals=0)
+            save_best()
         else:
             state["bad_evals"] += 1
-        log({"step": step, "stsb_dev": score, "best_dev": state["best_dev"], "best_step": state["best_step"], **extra})
+        log({"step": step, selector.name: selection.score, "best_dev": state["best_dev"],
+                        "best_step": state["best_step"], **selection.extras})
         if ctx.is_main:
-            print(f"step {step}: STS-B dev {score:.2f} (best {state['best_dev']:.2f} @ {state['best_step']})",
-                  flush=True)
+            what = " (start model)" if step == 0 else f" (best {state['best_dev']:.2f} @ {state['best_step']})"
+            bar.write(f"step {step}: {selector.name} {selection.score:.2f}{what}")
         patience = cfg.early_stopping_patience
-        return patience is not None and state["bad_evals"] >= patience
+        return step > 0 and patience is not None and state["bad_evals"] >= patience
 
     encoder.train()
-    if state["step"] == 0 and cfg.eval_at_start and evaluator.available:
-        state["raw_dev"], extra = evaluator(encoder, tokenizer) if ctx.is_main else (None, {})
-        state["raw_dev"] = distributed.broadcast_object(state["raw_dev"], ctx)
-        encoder.train()
-        log({"step": 0, "stsb_dev": state["raw_dev"], **extra})
-        if ctx.is_main:
-            print(f"step 0: STS-B dev {state['raw_dev']:.2f} (raw model)", flush=True)
+    if state["step"] == 0 and selector is not None:
+        select(0)  # the start model is a candidate: a run never ships a model worse than the one it started from
 
-    show = ctx.is_main and (progress if progress is not None else sys.stderr.isatty())
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=total_steps, initial=state["step"], disable=not show, desc="train", unit="step")
     local = slice(ctx.rank * cfg.batch_size // ctx.world_size, (ctx.rank + 1) * cfg.batch_size // ctx.world_size)
     window_start, window_sentences = time.perf_counter(), 0
     stop = False
@@ -325,7 +255,6 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         state["sentences_seen"] += cfg.batch_size
         state["train_seconds"] += time.perf_counter() - t0
         window_sentences += cfg.batch_size
-        bar.update(1)
 
         if step % cfg.log_steps == 0 or step == total_steps:  # the only host syncs of the loop
             out_loss = result.loss
@@ -340,28 +269,38 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
                       "sentences_per_second": window_sentences / max(now - window_start, 1e-9)}
             record.update({k: v.item() for k, v in out_loss.stats.items()})
             log(record)
-            bar.set_postfix(loss=f"{loss_value:.4g}", dev=state["best_dev"],
-                            sps=f"{record['sentences_per_second']:.0f}")
+            bar.update(1, loss=loss_value, best=state["best_dev"], sentences_per_s=record["sentences_per_second"])
             window_start, window_sentences = now, 0
-        if step % cfg.eval_steps == 0 or step == total_steps:
-            stop = evaluate_and_select(step)
+        else:
+            bar.update(1)
+        if selector is not None and (step % cfg.eval_steps == 0 or step == total_steps):
+            stop = select(step)
         if step % save_steps == 0 or step == total_steps or stop:
-            save_checkpoint()
+            save()
     bar.close()
+    trackers.close()
 
     if ctx.is_main:
-        if state["best_step"] is None:  # no dev data: the final model is the one shipped
-            save_best(state["step"])
+        if state["best_step"] is None:  # nothing to select on: the final model is the one shipped
+            save_best()
             state["best_step"] = state["step"]
         summary = {k: state[k] for k in ("raw_dev", "best_dev", "best_step", "train_seconds")}
         summary.update(steps=state["step"], total_steps=total_steps, test_pooler=encoder.test_pooler,
-                       sentences_per_second=state["sentences_seen"] / max(state["train_seconds"], 1e-9))
+                       sentences_per_second=state["sentences_seen"] / max(state["train_seconds"], 1e-9),
+                       select_metric=selector.name if selector else None,
+                       selection=selector.description if selector else None,
+                       start_won=selector is not None and state["best_step"] == 0,
+                       inference_max_seq_length=inference_length)
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         _write_card(out, resolved, summary)
+        if summary["start_won"]:
+            print(f"note: no checkpoint beat the start model on {selector.name}; best/ is the start model",
+                  file=sys.stderr)
         print("done " + json.dumps(summary), flush=True)
     distributed.barrier(ctx)
     return TrainResult(str(out), state["step"], state["best_step"], state["best_dev"], state["raw_dev"],
-                       state["train_seconds"], state["sentences_seen"] / max(state["train_seconds"], 1e-9))
+                       state["train_seconds"], state["sentences_seen"] / max(state["train_seconds"], 1e-9),
+                       selector.name if selector else None)
 
 
 def _write_card(out: Path, resolved: dict, summary: dict) -> None:

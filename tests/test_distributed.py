@@ -47,8 +47,8 @@ def test_two_gloo_processes_equal_one_process(deterministic_bert, synthetic_data
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump({
         "model": str(deterministic_bert), "train_file": str(synthetic_data["corpus"]), "output_dir": "unused",
-        "loss": loss_name, "batch_size": 16, "max_steps": 1, "log_steps": 1, "eval_at_start": False,
-        "data_dir": str(tmp_path / "no-data"), "max_grad_norm": None, "num_threads": 1, "max_seq_length": 16}))
+        "loss": loss_name, "batch_size": 16, "max_steps": 1, "log_steps": 1, "select_on": "none",
+        "max_grad_norm": None, "num_threads": 1, "max_seq_length": 16}))
     single, single_loss = one_step(recipe, tmp_path / "single", 1)
     ddp, ddp_loss = one_step(recipe, tmp_path / "ddp", 2)
     assert len(ddp["rng"]) == 2 and len(single["rng"]) == 1  # one RNG state per rank
@@ -85,8 +85,8 @@ def test_ddp_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, syntheti
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump({
         "model": str(tiny_bert), "train_file": str(synthetic_data["corpus"]), "output_dir": "unused",
-        "loss": "mixcse", "batch_size": 16, "max_steps": 6, "save_steps": 2, "log_steps": 1, "eval_at_start": False,
-        "data_dir": str(tmp_path / "no-data"), "num_threads": 1, "max_seq_length": 16}))
+        "loss": "mixcse", "batch_size": 16, "max_steps": 6, "save_steps": 2, "log_steps": 1, "select_on": "none",
+        "num_threads": 1, "max_seq_length": 16}))
     full, killed = tmp_path / "full", tmp_path / "killed"
     torchrun(["-m", "mixcse", "train", str(recipe), f"output_dir={full}"])
     dies = os.path.join(os.path.dirname(__file__), "fixtures", "ddp_dies_at_step.py")

@@ -264,7 +264,7 @@ def test_sentence_transformers_dir_is_a_starting_point_for_training(tiny_bert, s
     # the directory's own pooling (mean -> avg) continues the model as it was built.
     result = mixcse.train(dict(model=str(st_dir), train_file=str(synthetic_data["corpus"]),
                                output_dir=str(tmp_path / "run"), pooler="avg", max_steps=3, batch_size=8,
-                               eval_at_start=False, data_dir=str(tmp_path / "no-data"), max_seq_length=24),
+                               select_on="none", max_seq_length=24),
                           progress=False)
     assert result.steps == 3
     best = tmp_path / "run" / "best"

@@ -66,7 +66,7 @@ def test_card_front_matter_and_sections(model_dir):
     for row in ["| loss preset | `mixcse` |", "| λ (mixing coefficient) | 0.2 |", "| τ (temperature) | 0.05 |",
                 "| batch size | 64 |", "| learning rate | 3e-05 |", "| steps | 15625 |",
                 "| pooler (training) | `cls` + MLP head (training only) |", "| precision | bf16 |",
-                "| raw (before training) | 31.23 |", "| best (step 1250) | 82.57 |"]:
+                "| start (before training) | 31.23 |", "| selected (step 1250) | 82.57 |"]:
         assert row in text, row
     assert "`wiki1m_for_simcse.txt`" in text and "/home/someone" not in text  # no local paths
     assert "Transformer (BertModel) -> Pooling (cls)" in text
@@ -84,7 +84,7 @@ def test_card_with_eval_tables_and_update(model_dir):
     assert "| 71.23 | 83.10 | 75.00 | 82.00 | 79.90 | 80.50 | -- | 78.62 |" in text
     assert "| MR | CR | Avg. |" in text and "| 81.00 | 86.10 | 83.55 |" in text
     assert "mode test" in text
-    assert "| best (step 1250) | 82.57 |" in text  # the recipe survived the rewrite
+    assert "| selected (step 1250) | 82.57 |" in text  # the recipe survived the rewrite
     record = json.loads((model_dir / "mixcse.json").read_text())
     assert record["eval"]["sts"]["SICKRelatedness"]["spearman"] is None  # NaN stored as null
     write_model_card(model_dir, RESOLVED, SUMMARY)  # retraining drops the stale table
@@ -102,7 +102,7 @@ def test_card_for_simcse_local_base_and_no_dev(model_dir):
     assert "`mini-wiki-mlm` (a local model)" in text
     assert "| λ (mixing coefficient) | -- (no mixed negatives) |" in text
     assert "mixed-negative gradient" not in text
-    assert "No STS-B development data was available during training: this is the final checkpoint (step 20)." in text
+    assert "No selection data was used during training: this is the final checkpoint (step 20)." in text
 
 
 def test_update_without_training_record(model_dir):

@@ -13,6 +13,7 @@ import mixcse
 from mixcse import step, trainer
 from mixcse.cli import main
 from mixcse.encoder import SentenceEncoder
+from mixcse.evaluation.selection import Selection, StsbDevSelector
 
 
 def tiny_config(tiny_bert, synthetic_data, out, **kw):
@@ -26,7 +27,7 @@ def tiny_config(tiny_bert, synthetic_data, out, **kw):
 def test_train_writes_a_loadable_model_and_metrics(tiny_bert, synthetic_data, tmp_path):
     out = tmp_path / "run"
     result = mixcse.train(tiny_config(tiny_bert, synthetic_data, out, analysis_at_eval=True))
-    assert result.steps == 8 and result.best_step in (4, 8) and result.raw_dev is not None
+    assert result.steps == 8 and result.best_step in (0, 4, 8) and result.raw_dev is not None
     resolved = yaml.safe_load((out / "config.yaml").read_text())
     assert resolved["config"]["loss"] == "mixcse" and resolved["objective"]["lam"] == 0.2
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -48,7 +49,8 @@ def test_train_writes_a_loadable_model_and_metrics(tiny_bert, synthetic_data, tm
     emb = enc.encode(["t0w1 t0w2 t1w3", "t5w5 the t6w6"])
     assert emb.shape == (2, 64) and np.isfinite(emb).all()
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["best_dev"] == max(r["stsb_dev"] for r in records if "stsb_dev" in r and r["step"] > 0)
+    assert summary["best_dev"] == max(r["stsb_dev"] for r in records if "stsb_dev" in r)  # the start included
+    assert summary["start_won"] == (summary["best_step"] == 0) and summary["select_metric"] == "stsb_dev"
 
 
 def test_existing_output_dir_is_protected(tiny_bert, synthetic_data, tmp_path):
@@ -176,10 +178,10 @@ def test_module_entry_point_exits_nonzero(tmp_path):
 def test_early_stopping_and_best_selection(tiny_bert, synthetic_data, tmp_path, monkeypatch):
     scores = iter([10.0, 30.0, 20.0, 25.0, 5.0, 99.0])  # raw, then one per evaluation
 
-    def scripted(self, encoder, tokenizer):
-        return next(scores), {}
+    def scripted(self, encoder):
+        return Selection(next(scores))
 
-    monkeypatch.setattr(trainer.DevEvaluator, "__call__", scripted)
+    monkeypatch.setattr(StsbDevSelector, "__call__", scripted)
     out = tmp_path / "es"
     result = mixcse.train(tiny_config(tiny_bert, synthetic_data, out, max_steps=12, eval_steps=2,
                                       early_stopping_patience=2))

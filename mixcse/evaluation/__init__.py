@@ -3,17 +3,28 @@
 Numbers follow the protocol SimCSE/MixCSE report (STS12-16 'all' Spearman, STS-B/SICK-R test Spearman with
 cosine and no regressor, transfer *test* accuracy of a logistic-regression probe), computed faster than
 SentEval by encoding each distinct sentence once. See `evaluate` and `format_tables`.
-"""
-from .analysis import alignment, plot_alignment_uniformity, plot_training_cosines, sphere_stats
-from .classifiers import stratified_folds
-from .data import STS_TASKS, TRANSFER_TASKS, DataError, default_data_dir, resolve_data_dir
-from .encoding import EmbeddingCache, encode_unique, resolve_encoder
-from ..jsonfiles import to_jsonable
-from .runner import ALL_TASKS, evaluate, expand_tasks, format_tables, stsb_dev_spearman
 
-__all__ = [
-    "evaluate", "format_tables", "stsb_dev_spearman", "resolve_encoder", "default_data_dir", "resolve_data_dir",
-    "DataError", "plot_alignment_uniformity", "plot_training_cosines", "alignment", "sphere_stats",
-    "stratified_folds", "encode_unique", "EmbeddingCache", "expand_tasks", "to_jsonable",
-    "STS_TASKS", "TRANSFER_TASKS", "ALL_TASKS",
-]
+Names are imported on first use, so that importing one submodule (e.g. ``selection`` in a training run) does not
+pay for the others (scikit-learn, matplotlib).
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "analysis": ("alignment", "plot_alignment_uniformity", "plot_training_cosines", "sphere_stats"),
+    "classifiers": ("stratified_folds",),
+    "data": ("STS_TASKS", "TRANSFER_TASKS", "DataError", "default_data_dir", "resolve_data_dir"),
+    "encoding": ("EmbeddingCache", "encode_unique", "resolve_encoder"),
+    "runner": ("ALL_TASKS", "evaluate", "expand_tasks", "format_tables"),
+    ".jsonfiles": ("to_jsonable",),  # mixcse.jsonfiles: one sanitiser for the whole package
+    "selection": ("stsb_dev_spearman",),
+}
+_OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_OWNER)
+
+
+def __getattr__(name: str):
+    if name in _OWNER:
+        return getattr(importlib.import_module(f".{_OWNER[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -45,6 +45,11 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--overwrite", action="store_true", help="allow replacing an existing --output file")
     parser.add_argument("--cache-dir", default=None, help="on-disk embedding cache, keyed by model fingerprint")
     parser.add_argument("--batch-size", type=int, default=64, help="encoding batch size (default 64)")
+    parser.add_argument("--retrieval-data", default=None,
+                        help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) for --tasks retrieval")
+    parser.add_argument("--split", default="test", help="qrels split for the retrieval task (default test)")
+    parser.add_argument("--max-seq-length", type=int, default=None,
+                        help="token limit for the retrieval task's queries and documents (default: the model's)")
     parser.add_argument("--workers", type=int, default=1,
                         help="processes for the transfer probes (default 1); one per idle core cuts a full "
                              "evaluation's wall time roughly by that factor, results unchanged")
@@ -76,11 +81,19 @@ def run_eval(args: argparse.Namespace) -> int:
         return _error("--batch-size must be at least 1")
     if args.workers < 1:
         return _error("--workers must be at least 1")
+    retrieval_data = getattr(args, "retrieval_data", None)
+    if ("retrieval" in tasks) != (retrieval_data is not None):
+        return _error("--tasks retrieval needs --retrieval-data DIR" if "retrieval" in tasks
+                      else "--retrieval-data needs retrieval in --tasks (e.g. --tasks retrieval)")
+    if getattr(args, "max_seq_length", None) is not None and args.max_seq_length < 1:
+        return _error("--max-seq-length must be at least 1")
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     try:
         encoder = resolve_encoder(args.model, pooler=args.pooler)
         results = evaluate(encoder, tasks=tasks, data_dir=data_dir, mode=args.mode, classifier=args.classifier,
-                           cache_dir=args.cache_dir, batch_size=args.batch_size, workers=args.workers)
+                           cache_dir=args.cache_dir, batch_size=args.batch_size, workers=args.workers,
+                           retrieval_data=retrieval_data, retrieval_split=getattr(args, "split", "test"),
+                           max_seq_length=getattr(args, "max_seq_length", None))
     except (MixCSEError, FileNotFoundError) as exc:
         return _error(str(exc))
     pooler = args.pooler or getattr(encoder, "pooler", None)

