@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ def read_sentences(path: str | Path, *, max_sentences: int | None = None, dedupe
                 sentences.append(line)
                 if max_sentences is not None and len(sentences) >= max_sentences:
                     break
-    except (OSError, EOFError) as exc:  # e.g. a truncated or fake .gz
+    except (OSError, EOFError, zlib.error) as exc:  # e.g. a truncated or fake .gz
         raise DataError(f"cannot read {path}: {exc}") from None
     if not sentences:
         raise DataError(f"training file has no sentences: {path}")

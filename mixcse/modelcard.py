@@ -11,11 +11,12 @@ import json
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from .fileio import atomic_write_text
 
 CARD_FILE = "README.md"
 RECORD_FILE = "mixcse.json"
@@ -69,17 +70,6 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _num(value, digits: int = 2) -> str:
@@ -360,9 +350,9 @@ def write_model_card(best_dir: Path, resolved: dict, summary: dict, eval_results
         record["eval"] = _jsonable(eval_results)
     else:
         record.pop("eval", None)
-    _atomic_write(best_dir / RECORD_FILE, json.dumps(record, indent=2) + "\n")
+    atomic_write_text(best_dir / RECORD_FILE, json.dumps(record, indent=2) + "\n")
     text = render_model_card(best_dir, resolved, summary, eval_results, model_id=model_id)
-    _atomic_write(best_dir / CARD_FILE, text)
+    atomic_write_text(best_dir / CARD_FILE, text)
     return best_dir / CARD_FILE
 
 

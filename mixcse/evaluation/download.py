@@ -17,6 +17,8 @@ import urllib.request
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
 
+from mixcse.fileio import normal_file_mode
+
 from .data import DataError
 
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
@@ -136,6 +138,7 @@ def _fetch(url: str, dest_dir: Path, log: Callable[[str], None], timeout: float 
                 if done >= next_report:
                     log(f"  {done >> 20} MiB" + (f" of {total >> 20} MiB" if total else ""))
                     next_report += 50 << 20
+        os.chmod(tmp, normal_file_mode())  # mkstemp's 0600 would stick to the data file after the rename
         return Path(tmp)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
