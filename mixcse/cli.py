@@ -1,4 +1,4 @@
-"""``mixcse`` command line: train | eval | encode | search | data | bench."""
+"""``mixcse`` command line: train | eval | encode | search | data."""
 
 from __future__ import annotations
 
@@ -32,8 +32,15 @@ def _next_step(result) -> str:
             f"mixcse encode {result.output_dir}/best --input FILE --output emb.npy")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one ``error:`` line (exit 2), like every other bad input."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mixcse", description=__doc__)
+    parser = _Parser(prog="mixcse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train an encoder from a YAML recipe")

@@ -6,6 +6,8 @@ Interface:
   renamed onto ``path``; otherwise it is removed and ``path`` is left as it was.
 - ``atomic_write_text(path, text)`` and ``atomic_write_json(path, obj)`` (indent 2, NaN refused, trailing newline).
 - ``normal_file_mode()``: the mode ``open(path, "w")`` would give a new file.
+- ``unwritable_reason(path)``: why a file could not be created at ``path`` (a folder is there, or a parent is a
+  file), or None; lets a command refuse bad output paths before its slow work.
 
 Why: ``tempfile.mkstemp`` creates 0600 files, and a rename keeps that mode, so a plain temp-and-rename leaves
 outputs that other users (or a web server) cannot read.
@@ -25,6 +27,16 @@ def normal_file_mode() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def unwritable_reason(path: str | os.PathLike) -> str | None:
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder"
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else f"{parent} is a file, not a folder"
+    return None
 
 
 @contextlib.contextmanager

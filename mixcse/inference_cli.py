@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import MixCSEError
-from .fileio import atomic_path
+from .fileio import atomic_path, unwritable_reason
 from .model import POOLERS
 
 OUTPUT_FORMATS = (".npy", ".safetensors")
@@ -57,8 +57,9 @@ def check_output_path(path: str | os.PathLike, overwrite: bool) -> Path:
     path = Path(path)
     if path.suffix not in OUTPUT_FORMATS:
         raise MixCSEError(f"--output must end in {' or '.join(OUTPUT_FORMATS)}, got {path.name!r}")
-    if path.is_dir():
-        raise MixCSEError(f"--output is a directory: {path}")
+    reason = unwritable_reason(path)
+    if reason:
+        raise MixCSEError(f"cannot write --output {path}: {reason}")
     if path.exists() and not overwrite:
         raise MixCSEError(f"output {path} exists; pass --overwrite to replace it")
     return path

@@ -115,6 +115,8 @@ def load_backbone(name_or_path: str, *, trust_remote_code: bool = False):
     transformers.logging.set_verbosity_error()  # unused MLM-head weights are expected, not news
     transformers.logging.disable_progress_bar()
     looks_local = os.path.sep in name_or_path or name_or_path.startswith(".") or os.path.exists(name_or_path)
+    if os.path.isfile(name_or_path):
+        raise MixCSEError(f"model path is a file, not a model folder: {name_or_path}")
     if looks_local and not os.path.isdir(name_or_path):
         raise MixCSEError(f"model path does not exist: {name_or_path}")
     if os.path.isdir(name_or_path):

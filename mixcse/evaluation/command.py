@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from mixcse.fileio import atomic_write_json
+from mixcse.fileio import atomic_write_json, unwritable_reason
 
 from .data import DataError, default_data_dir
 from .runner import evaluate, expand_tasks, format_tables, to_jsonable
@@ -59,6 +59,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 
 def run_eval(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else None
+    if output is not None and unwritable_reason(output):
+        return _error(f"cannot write --output {output}: {unwritable_reason(output)}")
     if output is not None and output.exists() and not args.overwrite:
         return _error(f"{output} exists; pass --overwrite to replace it")
     try:
@@ -69,6 +71,8 @@ def run_eval(args: argparse.Namespace) -> int:
         return _error("--batch-size must be at least 1")
     if args.workers < 1:
         return _error("--workers must be at least 1")
+    if args.cache_dir is not None and Path(args.cache_dir).exists() and not Path(args.cache_dir).is_dir():
+        return _error(f"--cache-dir {args.cache_dir} exists and is not a folder")
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     try:
         encoder = resolve_encoder(args.model, pooler=args.pooler)

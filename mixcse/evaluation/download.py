@@ -275,6 +275,8 @@ def download(dest: str | os.PathLike = "data", what: Iterable[str] = ITEMS, base
     if unknown or not what:
         raise DataError(f"unknown item(s) {unknown or what}; choose from {', '.join(ITEMS)}")
     dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise DataError(f"--dest {dest} exists and is not a folder")
     dest.mkdir(parents=True, exist_ok=True)
     report = {}
     if "senteval" in what:
