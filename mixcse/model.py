@@ -137,8 +137,8 @@ def load_backbone(name_or_path: str, *, trust_remote_code: bool = False):
 
 
 # what a local model folder must hold for AutoTokenizer / AutoModel (weights: safetensors only)
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
-                   "sentencepiece.bpe.model", "tokenizer.model")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model", "spm.model",
+                   "sentencepiece.bpe.model", "sentencepiece.model", "tokenizer.model")
 
 
 def _check_model_dir(path: str) -> None:
