@@ -92,6 +92,7 @@ CASES = [
     # --- mixcse data
     ("data download --what nope --dest {out}", "unknown item(s)"),
     ("data download --dest {tmp}/empty.txt", "exists and is not a folder"),
+    ("data download --dest {out}/data --base-url file:///nonexistent/", "download failed"),
     ("data nope", "invalid choice: 'nope'"),
     # --- the command itself
     ("nope", "invalid choice: 'nope'"),

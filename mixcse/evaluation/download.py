@@ -277,10 +277,17 @@ def download(dest: str | os.PathLike = "data", what: Iterable[str] = ITEMS, base
     dest = Path(dest)
     if dest.exists() and not dest.is_dir():
         raise DataError(f"--dest {dest} exists and is not a folder")
+    created = [p for p in (dest, *dest.parents) if not p.exists()]
     dest.mkdir(parents=True, exist_ok=True)
     report = {}
-    if "senteval" in what:
-        report["senteval"] = install_senteval(dest, base, dict(senteval_checksums or SENTEVAL_FILES), log)
-    if "wiki1m" in what:
-        report["wiki1m"] = install_file(dest, WIKI1M, base, wiki1m_checksum, log)
+    try:
+        if "senteval" in what:
+            report["senteval"] = install_senteval(dest, base, dict(senteval_checksums or SENTEVAL_FILES), log)
+        if "wiki1m" in what:
+            report["wiki1m"] = install_file(dest, WIKI1M, base, wiki1m_checksum, log)
+    except BaseException:
+        for folder in created:  # a failed first download leaves no empty folders behind
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
     return report
