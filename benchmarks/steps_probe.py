@@ -7,14 +7,14 @@ table (mean ± std per preset; each preset minus the first paired by seed with a
 claims_report.probe_section, which also puts these files in docs/results.md) and writes every figure and the dev
 curves to --out (JSON) after every run.
 
-    # session 2: does the gap grow with steps?               -> benchmarks/results/steps_probe_gpu.json
+    # 2026-11-29, H200: does the gap grow with steps?         -> benchmarks/results/steps_probe_gpu.json
     python benchmarks/steps_probe.py --model D/minilm --corpus D/corpus.txt.gz --data D/downstream --out probe.json
-    # session 4: the CPU tables' recipes over 10 seeds         -> seeds_probe_gpu.json, seeds_probe_standin_gpu.json
+    # 2026-11-30, H200: the CPU tables' recipes over 10 seeds -> seeds_probe_gpu.json, seeds_probe_standin_gpu.json
     python benchmarks/steps_probe.py ... --steps 200 --eval-steps 25 --seeds 0 1 2 3 4 5 6 7 8 9 \
         --presets simcse mixcse mixcse-single mixcse-wo-sg --jobs 10
     python benchmarks/steps_probe.py --model D/standin ... --steps 250 --eval-steps 25 --lr 3e-5 --pooler cls \
         --seeds 0 1 2 3 4 5 6 7 8 9 --presets simcse mixcse mixcse-single mixcse-wo-sg --jobs 12
-    # session 4: λ, the bound, the released code's loss, against MixCSE   -> lambda_probe_gpu.json
+    # 2026-11-30, H200: λ, the bound, the released code's loss, against MixCSE -> lambda_probe_gpu.json
     python benchmarks/steps_probe.py ... --steps 200 --eval-steps 25 --seeds 0 1 2 3 4 5 6 7 8 9 \
         --presets mixcse mixcse:0.1 mixcse:0.3 mixcse:0.5 mixcse-released mixcse-bound --jobs 12
 

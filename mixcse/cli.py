@@ -1,4 +1,4 @@
-"""``mixcse`` command line: train | eval | encode | search | data | bench."""
+"""``mixcse`` command line: train | eval | encode | search | data."""
 
 from __future__ import annotations
 
@@ -19,11 +19,29 @@ def _train(args: argparse.Namespace) -> int:
     print(f"start {metric} {fmt(result.raw_dev)} -> best {fmt(result.best_dev)} at step {result.best_step}; "
           f"{result.steps} steps in {result.train_seconds:.1f}s ({result.sentences_per_second:.1f} sentences/s); "
           f"model in {result.output_dir}/best")
+    print(_next_step(result))
     return 0
 
 
+def _next_step(result) -> str:
+    """One line on what the dev number means and what to run next, so a first run is not misread."""
+    if result.raw_dev is not None and result.best_dev is not None and result.best_dev <= result.raw_dev:
+        return ("note: STS-B dev measures general-domain similarity; on a weak masked LM such as the CPU stand-in "
+                "SimCSE/MixCSE do not raise it (they do on all-MiniLM-L6-v2, docs/results.md); to adapt a real "
+                "encoder to your documents see docs/domain-adaptation.md (recipes/domain/)")
+    return (f"next: mixcse eval {result.output_dir}/best (STS and transfer tasks, docs/evaluation.md), or "
+            f"mixcse encode {result.output_dir}/best --input FILE --output emb.npy")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one ``error:`` line (exit 2), like every other bad input."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mixcse", description=__doc__)
+    parser = _Parser(prog="mixcse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train an encoder from a YAML recipe")

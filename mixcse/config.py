@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, fields
@@ -124,8 +125,16 @@ class TrainConfig:
             raise ConfigError("text_column must name a column (or be null for the default)")
         if self.batch_size < 2:
             raise ConfigError("batch_size must be >= 2: in-batch negatives need a second sentence")
-        if self.learning_rate <= 0:
-            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        for name in FLOAT_KEYS:  # nan passes every comparison below, so finiteness is checked first
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ConfigError(f"config key {name!r} must be a finite number, got {value}")
+        for name in ("learning_rate", "temperature", "max_grad_norm"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"config key {name!r} must be > 0, got {value}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"config key 'weight_decay' must be >= 0, got {self.weight_decay}")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         self.objective()  # checks lam / directions / mix_grad ranges
@@ -137,6 +146,10 @@ def _allowed_types(annotation) -> tuple[type, ...]:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return tuple(a for a in args)
     return (annotation,)
+
+
+# every float-typed key, checked for finiteness in validate()
+FLOAT_KEYS = tuple(name for name, hint in typing.get_type_hints(TrainConfig).items() if float in _allowed_types(hint))
 
 
 def _coerce(name: str, value, annotation):
@@ -202,6 +215,8 @@ def load_recipe(path: str | Path | None, overrides: list[str] | dict | None = No
             loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
             raise ConfigError(f"recipe {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"recipe {path} is not UTF-8 text") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"recipe {path} must be a mapping of config keys")
         values.update(loaded or {})

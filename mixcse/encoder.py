@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from .model import Encoder, load_encoder
+from .progress import Progress
 
 if TYPE_CHECKING:
     from .search import SearchHit
@@ -59,8 +60,12 @@ class SentenceEncoder:
         return self.encoder.test_pooler
 
     @torch.inference_mode()
-    def encode(self, sentences: list[str], batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
-        """(len(sentences), d) float32 embeddings, in input order."""
+    def encode(self, sentences: list[str], batch_size: int = 64, show_progress: bool = False,
+               progress_every: float = 30.0) -> np.ndarray:
+        """(len(sentences), d) float32 embeddings, in input order.
+
+        ``show_progress``: a bar on a terminal, else a plain line on stderr every ``progress_every`` seconds and one
+        at the end (mixcse.progress.Progress)."""
         if isinstance(sentences, str):
             raise TypeError("encode takes a list of sentences, not a single string")
         n = len(sentences)
@@ -72,16 +77,13 @@ class SentenceEncoder:
         was_training = self.encoder.training
         self.encoder.eval()
         out = np.empty((n, self.encoder.hidden_size), dtype=np.float32)
-        starts = range(0, n, batch_size)
-        if show_progress:
-            from tqdm.auto import tqdm
-
-            starts = tqdm(starts, desc="encode", unit="batch")
-        for start in starts:
-            idx = order[start:start + batch_size]
-            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in idx]}, return_tensors="pt")
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            out[idx] = self.encoder(batch, use_head=None).float().cpu().numpy()
+        with Progress(n, "encode", "sentences", enabled=show_progress, every_seconds=progress_every) as progress:
+            for start in range(0, n, batch_size):
+                idx = order[start:start + batch_size]
+                batch = self.tokenizer.pad({"input_ids": [ids[i] for i in idx]}, return_tensors="pt")
+                batch = {k: v.to(self.device) for k, v in batch.items()}
+                out[idx] = self.encoder(batch, use_head=None).float().cpu().numpy()
+                progress.update(len(idx))
         self.encoder.train(was_training)
         return out
 

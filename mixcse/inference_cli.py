@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from .errors import DataError, MixCSEError
+from .fileio import atomic_path, unwritable_reason
 from .model import POOLERS
 from .reader import read_nonblank
 
@@ -36,8 +36,9 @@ def check_output_path(path: str | os.PathLike, overwrite: bool) -> Path:
     path = Path(path)
     if path.suffix not in OUTPUT_FORMATS:
         raise MixCSEError(f"--output must end in {' or '.join(OUTPUT_FORMATS)}, got {path.name!r}")
-    if path.is_dir():
-        raise MixCSEError(f"--output is a directory: {path}")
+    reason = unwritable_reason(path)
+    if reason:
+        raise MixCSEError(f"cannot write --output {path}: {reason}")
     if path.exists() and not overwrite:
         raise MixCSEError(f"output {path} exists; pass --overwrite to replace it")
     return path
@@ -45,22 +46,15 @@ def check_output_path(path: str | os.PathLike, overwrite: bool) -> Path:
 
 def save_embeddings(path: Path, embeddings: np.ndarray, metadata: dict[str, str] | None = None) -> None:
     """.npy or .safetensors (one tensor named ``embeddings``), written to a temp file then moved into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+    embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+    with atomic_path(path) as tmp:
         if path.suffix == ".npy":
             with open(tmp, "wb") as fh:
                 np.save(fh, embeddings)
         else:
             from safetensors.numpy import save_file
 
-            save_file({SAFETENSORS_KEY: embeddings}, tmp, metadata=metadata)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            save_file({SAFETENSORS_KEY: embeddings}, str(tmp), metadata=metadata)
 
 
 def load_embeddings(path: str | os.PathLike) -> np.ndarray:
@@ -109,7 +103,7 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=_positive_int, default=64, help="sentences per forward pass (default 64)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code from the model dir")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal anyway)")
+    p.add_argument("--no-progress", action="store_true", help="no progress (a bar on a terminal, else a line on stderr every 30 s)")
 
 
 def add_encode_arguments(p: argparse.ArgumentParser) -> None:
@@ -156,7 +150,8 @@ def _load(args: argparse.Namespace):
 
 
 def _show_progress(args: argparse.Namespace) -> bool:
-    return not args.no_progress and sys.stderr.isatty()
+    """A bar on a terminal; elsewhere (a log, CI) a plain line every 30 s (mixcse.progress)."""
+    return not args.no_progress
 
 
 def run_encode(args: argparse.Namespace) -> int:

@@ -115,8 +115,12 @@ def load_backbone(name_or_path: str, *, trust_remote_code: bool = False):
     transformers.logging.set_verbosity_error()  # unused MLM-head weights are expected, not news
     transformers.logging.disable_progress_bar()
     looks_local = os.path.sep in name_or_path or name_or_path.startswith(".") or os.path.exists(name_or_path)
+    if os.path.isfile(name_or_path):
+        raise MixCSEError(f"model path is a file, not a model folder: {name_or_path}")
     if looks_local and not os.path.isdir(name_or_path):
         raise MixCSEError(f"model path does not exist: {name_or_path}")
+    if os.path.isdir(name_or_path):
+        _check_model_dir(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
         # float32 master weights whatever the checkpoint's dtype (transformers 5 loads a half-precision checkpoint
@@ -125,9 +129,30 @@ def load_backbone(name_or_path: str, *, trust_remote_code: bool = False):
             name_or_path, trust_remote_code=trust_remote_code, use_safetensors=True, dtype=torch.float32
         )
     except (OSError, ValueError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MixCSEError(f"cannot load model {name_or_path!r}: {first_line}") from None
+        message = " ".join(str(exc).split()) or type(exc).__name__  # transformers' messages span lines
+        if len(message) > 300:
+            message = message[:297] + "..."
+        raise MixCSEError(f"cannot load model {name_or_path!r}: {message}") from None
     return backbone, tokenizer
+
+
+# what a local model folder must hold for AutoTokenizer / AutoModel (weights: safetensors only)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model", "spm.model",
+                   "sentencepiece.bpe.model", "sentencepiece.model", "tokenizer.model")
+
+
+def _check_model_dir(path: str) -> None:
+    """One complete error line naming what a local folder lacks, before transformers reports it piecemeal."""
+    folder = Path(path)
+    missing = []
+    if not (folder / "config.json").is_file():
+        missing.append("no config.json")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        missing.append("no tokenizer files (tokenizer.json, tokenizer_config.json or vocab.txt)")
+    if not any(folder.glob("*.safetensors")):
+        missing.append("no *.safetensors weights")
+    if missing:
+        raise MixCSEError(f"{path} is not a model folder: {'; '.join(missing)}")
 
 
 def load_encoder(

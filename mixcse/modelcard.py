@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import yaml
 from .formats import LAYER_POOLERS
 from .jsonfiles import read_json_or_none, to_jsonable
 from .tables import STS_TASKS, TRANSFER_TASKS, label, markdown_table, number
+from .fileio import atomic_write_text
 
 CARD_FILE = "README.md"
 RECORD_FILE = "mixcse.json"
@@ -48,15 +48,6 @@ SIMCSE_BIBTEX = """@inproceedings{gao2021simcse,
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _is_hub_id(name: str) -> bool:
@@ -343,9 +334,9 @@ def write_model_card(best_dir: Path, resolved: dict, summary: dict, eval_results
         record["eval"] = to_jsonable(eval_results)
     else:
         record.pop("eval", None)
-    _atomic_write(best_dir / RECORD_FILE, json.dumps(record, indent=2) + "\n")
+    atomic_write_text(best_dir / RECORD_FILE, json.dumps(record, indent=2) + "\n")
     text = render_model_card(best_dir, resolved, summary, eval_results, model_id=model_id)
-    _atomic_write(best_dir / CARD_FILE, text)
+    atomic_write_text(best_dir / CARD_FILE, text)
     return best_dir / CARD_FILE
 
 

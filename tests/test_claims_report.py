@@ -1,4 +1,4 @@
-"""The claims report (benchmarks/claims_report.py): paired verdicts with a t-test, tables, README block."""
+"""The claims report (benchmarks/claims_report.py): paired verdicts with a t-test, tables, the generated block of docs/results.md."""
 
 from __future__ import annotations
 
@@ -73,19 +73,20 @@ def test_verdicts_pair_by_seed_with_a_t_test():
     assert "a single seed: untested" in "\n".join(claims_report.verdicts(one_seed, "minilm"))
 
 
-def test_readme_block_is_replaced_between_markers_only(tmp_path):
-    data = synthetic_results()
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# title\nbefore\n{claims_report.README_BEGIN}\nold tables\n{claims_report.README_END}\nafter\n")
-    assert claims_report.update_readme(data, readme)
-    text = readme.read_text()
-    assert text.startswith("# title\nbefore\n") and text.endswith(f"{claims_report.README_END}\nafter\n")
-    assert "old tables" not in text
-    assert "| MixCSE |" in text and "STS (Spearman ×100):" in text and "Transfer (test accuracy ×100):" in text
-    no_markers = tmp_path / "OTHER.md"
-    no_markers.write_text("nothing to replace\n")
-    assert not claims_report.update_readme(data, no_markers)
-    assert no_markers.read_text() == "nothing to replace\n"
+def test_results_block_is_replaced_between_markers_only(tmp_path):
+    results = tmp_path / "results.md"
+    results.write_text(f"# title\nsummary\n{claims_report.RESULTS_BEGIN}\nold tables\n{claims_report.RESULTS_END}\n"
+                       f"after\n")
+    claims_report.write_results(results, "new tables")
+    assert results.read_text() == (f"# title\nsummary\n{claims_report.RESULTS_BEGIN}\nnew tables\n"
+                                   f"{claims_report.RESULTS_END}\nafter\n")
+    plain = tmp_path / "plain.md"
+    plain.write_text("hand-written, no markers\n")
+    claims_report.write_results(plain, "tables")  # appended: hand-written text is never lost
+    assert plain.read_text().startswith("hand-written, no markers\n") and "\ntables\n" in plain.read_text()
+    fresh = tmp_path / "fresh.md"
+    claims_report.write_results(fresh, "tables")
+    assert fresh.read_text().startswith(claims_report.RESULTS_TITLE) and claims_report.RESULTS_END in fresh.read_text()
 
 
 def test_extras_are_paired_with_mixcse_at_the_default_lambda():

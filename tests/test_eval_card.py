@@ -1,6 +1,8 @@
 """`mixcse eval` on a mixcse model directory adds its results table to the model card."""
 
 import json
+import os
+import stat
 
 from mixcse.cli import main
 from mixcse.model import load_encoder
@@ -21,5 +23,9 @@ def test_eval_updates_the_model_card(tiny_bert, synthetic_data, tmp_path, capsys
     after = (best / "README.md").read_text()
     assert after != before and f"{spearman:.2f}" in after
     assert "updated the model card" in capsys.readouterr().out
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("README.md", "mixcse.json", "config.json"):  # rewritten files keep the normal mode
+        assert stat.S_IMODE((best / name).stat().st_mode) == 0o666 & ~umask, name
     assert main(["eval", str(best), "--tasks", "STSBenchmark", "--data-dir", str(synthetic_data["data_dir"]),
                  "--output", str(out)]) == 2  # an existing results file is never overwritten silently

@@ -194,3 +194,33 @@ def test_transfer_probes_in_worker_processes_give_the_same_results(full):
     assert two["settings"]["workers"] == 2 and set(two["settings"]["cpu_seconds"]) >= set(TRANSFER)
     with pytest.raises(ValueError, match="workers"):
         evaluate(Recorder(), tasks="transfer", data_dir=FIXTURE, workers=0, verbose=False)
+
+
+def test_encoding_progress_off_a_terminal_is_a_plain_line(capsys):
+    from mixcse.evaluation.encoding import encode_raw
+
+    sentences = [f"sentence number {i}" for i in range(5)]
+    emb = encode_raw(lambda batch: np.ones((len(batch), 3)), sentences, batch_size=2, show_progress=True)
+    err = capsys.readouterr().err
+    assert emb.shape == (5, 3) and "encode: 5/5 sentences (100%)" in err
+    encode_raw(lambda batch: np.ones((len(batch), 3)), sentences, batch_size=2)
+    assert capsys.readouterr().err == ""
+
+
+def test_eval_help_gives_the_data_dir_search_order_that_default_data_dir_follows(tmp_path, monkeypatch, capsys):
+    from mixcse.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "default $MIXCSE_DATA, then ./data, then ../shared/data/downstream" in help_text
+    work = tmp_path / "work"
+    (tmp_path / "shared" / "data" / "downstream").mkdir(parents=True)
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("MIXCSE_DATA", raising=False)
+    assert default_data_dir() == Path("..") / "shared" / "data" / "downstream"
+    (work / "data").mkdir()
+    assert default_data_dir() == Path("data")
+    monkeypatch.setenv("MIXCSE_DATA", str(tmp_path / "elsewhere"))
+    assert default_data_dir() == tmp_path / "elsewhere"

@@ -191,3 +191,35 @@ def test_top_k_cosine_matches_brute_force(backend):
     assert list(indices[5:, 0]) == [7, 42]
     with pytest.raises(Exception, match="top_k must be >= 1"):
         search_mod.top_k_cosine(queries, corpus, 0)
+
+
+def test_encode_progress_off_a_terminal_is_plain_lines(model_dir):
+    import io
+
+    from mixcse.progress import Progress
+
+    stream = io.StringIO()  # not a terminal
+    encoder = SentenceEncoder.load(model_dir)
+    original = Progress.__init__
+
+    def into_stream(self, *args, **kwargs):
+        original(self, *args, **{**kwargs, "stream": stream})
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Progress, "__init__", into_stream)
+        encoder.encode(SENTENCES, batch_size=2, show_progress=True, progress_every=0)
+        lines = stream.getvalue().splitlines()
+        assert len(lines) >= len(SENTENCES) // 2 and all(line.startswith("encode: ") for line in lines)
+        assert lines[-1].startswith(f"encode: {len(SENTENCES)}/{len(SENTENCES)} sentences (100%)")
+        assert "\r" not in stream.getvalue()
+        stream.truncate(0)
+        encoder.encode(SENTENCES, show_progress=False)
+        assert stream.getvalue() == ""
+
+
+def test_encode_cli_reports_progress_on_stderr_unless_asked_not_to(model_dir, corpus_file, tmp_path, capsys):
+    code, _, err = run(capsys, "encode", model_dir, "--input", corpus_file, "--output", tmp_path / "a.npy")
+    assert code == 0 and "encode: " in err and "sentences (100%)" in err
+    code, _, err = run(capsys, "encode", model_dir, "--input", corpus_file, "--output", tmp_path / "b.npy",
+                       "--no-progress")
+    assert code == 0 and "encode: " not in err

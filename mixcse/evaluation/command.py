@@ -6,13 +6,12 @@ and return non-zero, so that scripts can tell a data problem from a crash.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from ..errors import MixCSEError
+from ..fileio import atomic_write_json, unwritable_reason
 from ..jsonfiles import to_jsonable
 from .data import default_data_dir
 from .runner import evaluate, expand_tasks, format_tables
@@ -30,6 +29,8 @@ def _error(msg: str) -> int:
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.description = ("Evaluate a sentence encoder with the SentEval protocol. A mixcse model directory (one "
+                          "with mixcse.json) gets the results added to its model card README.md and mixcse.json.")
     parser.add_argument("model", help="mixcse output dir, sentence-transformers dir, or HF model path/name")
     parser.add_argument("--tasks", default="all",
                         help="comma-separated: all | sts | transfer | analysis | task names (STS12 ... SICKRelatedness, "
@@ -40,7 +41,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--classifier", choices=("sklearn", "torch"), default="sklearn",
                         help="transfer probe: scikit-learn LogisticRegression or SentEval's PyTorch one (SimCSE's)")
     parser.add_argument("--data-dir", default=None,
-                        help="SentEval data (the downstream/ folder or its parent); default $MIXCSE_DATA, then ./data")
+                        help="SentEval data (the downstream/ folder or its parent); default $MIXCSE_DATA, then ./data, "
+                             "then ../shared/data/downstream (the first that exists)")
     parser.add_argument("--output", default=None, help="write every number and the exact settings as JSON here")
     parser.add_argument("--overwrite", action="store_true", help="allow replacing an existing --output file")
     parser.add_argument("--cache-dir", default=None, help="on-disk embedding cache, keyed by model fingerprint")
@@ -56,21 +58,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     return parser
 
 
-def _write_json_atomic(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=2, allow_nan=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def run_eval(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else None
+    if output is not None and unwritable_reason(output):
+        return _error(f"cannot write --output {output}: {unwritable_reason(output)}")
     if output is not None and output.exists() and not args.overwrite:
         return _error(f"{output} exists; pass --overwrite to replace it")
     try:
@@ -87,6 +78,8 @@ def run_eval(args: argparse.Namespace) -> int:
                       else "--retrieval-data needs retrieval in --tasks (e.g. --tasks retrieval)")
     if getattr(args, "max_seq_length", None) is not None and args.max_seq_length < 1:
         return _error("--max-seq-length must be at least 1")
+    if args.cache_dir is not None and Path(args.cache_dir).exists() and not Path(args.cache_dir).is_dir():
+        return _error(f"--cache-dir {args.cache_dir} exists and is not a folder")
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     try:
         encoder = resolve_encoder(args.model, pooler=args.pooler)
@@ -105,7 +98,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if output is not None:
         if output.exists() and not args.overwrite:  # appeared while we were running
             return _error(f"{output} exists; pass --overwrite to replace it")
-        _write_json_atomic(output, to_jsonable(results))
+        atomic_write_json(output, to_jsonable(results))
         print(f"\nwrote {output}")
     return 0
 

@@ -17,6 +17,8 @@ import urllib.request
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
 
+from mixcse.fileio import normal_file_mode
+
 from .data import DataError
 
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
@@ -136,6 +138,7 @@ def _fetch(url: str, dest_dir: Path, log: Callable[[str], None], timeout: float 
                 if done >= next_report:
                     log(f"  {done >> 20} MiB" + (f" of {total >> 20} MiB" if total else ""))
                     next_report += 50 << 20
+        os.chmod(tmp, normal_file_mode())  # mkstemp's 0600 would stick to the data file after the rename
         return Path(tmp)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -272,10 +275,19 @@ def download(dest: str | os.PathLike = "data", what: Iterable[str] = ITEMS, base
     if unknown or not what:
         raise DataError(f"unknown item(s) {unknown or what}; choose from {', '.join(ITEMS)}")
     dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise DataError(f"--dest {dest} exists and is not a folder")
+    created = [p for p in (dest, *dest.parents) if not p.exists()]
     dest.mkdir(parents=True, exist_ok=True)
     report = {}
-    if "senteval" in what:
-        report["senteval"] = install_senteval(dest, base, dict(senteval_checksums or SENTEVAL_FILES), log)
-    if "wiki1m" in what:
-        report["wiki1m"] = install_file(dest, WIKI1M, base, wiki1m_checksum, log)
+    try:
+        if "senteval" in what:
+            report["senteval"] = install_senteval(dest, base, dict(senteval_checksums or SENTEVAL_FILES), log)
+        if "wiki1m" in what:
+            report["wiki1m"] = install_file(dest, WIKI1M, base, wiki1m_checksum, log)
+    except BaseException:
+        for folder in created:  # a failed first download leaves no empty folders behind
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
     return report

@@ -7,6 +7,7 @@ one once; the cache makes a second evaluation of the same weights free.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import tempfile
 import uuid
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
+
+from mixcse.progress import Progress
 
 Encoder = Any  # an object with .encode(list[str], batch_size=...) or a callable list[str] -> array
 
@@ -55,21 +58,26 @@ def _as_matrix(out: Any, n: int) -> np.ndarray:
     return arr
 
 
-def encode_raw(encoder: Encoder, sentences: list[str], batch_size: int = 64) -> np.ndarray:
+def encode_raw(encoder: Encoder, sentences: list[str], batch_size: int = 64,
+               show_progress: bool = False) -> np.ndarray:
     """Embed `sentences` (already deduplicated) in input order.
 
-    An object with `.encode` gets the whole list in one call (it sorts and batches itself); a plain callable
-    is fed length-sorted batches of `batch_size`, as a model would want."""
+    An object with `.encode` gets the whole list in one call (it sorts and batches itself, and shows its own
+    progress when its `encode` takes `show_progress`); a plain callable is fed length-sorted batches of
+    `batch_size`, as a model would want. `show_progress`: mixcse.progress.Progress on stderr."""
     if not sentences:
         return np.zeros((0, 0), dtype=np.float32)
     if hasattr(encoder, "encode"):
-        return _as_matrix(encoder.encode(list(sentences), batch_size=batch_size), len(sentences))
+        kwargs = {"show_progress": True} if show_progress and _takes(encoder.encode, "show_progress") else {}
+        return _as_matrix(encoder.encode(list(sentences), batch_size=batch_size, **kwargs), len(sentences))
     order = _length_order(sentences)
     parts = []
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        batch = [sentences[i] for i in idx]
-        parts.append(_as_matrix(encoder(batch), len(batch)))
+    with Progress(len(order), "encode", "sentences", enabled=show_progress) as progress:
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            batch = [sentences[i] for i in idx]
+            parts.append(_as_matrix(encoder(batch), len(batch)))
+            progress.update(len(batch))
     sorted_emb = np.concatenate(parts, axis=0)
     out = np.empty_like(sorted_emb)
     out[order] = sorted_emb
@@ -147,8 +155,16 @@ class EmbeddingCache:
         self._index = None  # reload lazily next time
 
 
+def _takes(fn: Callable, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def encode_unique(encoder: Encoder, sentences: Iterable[str], *, batch_size: int = 64,
-                  cache_dir: str | os.PathLike | None = None) -> tuple[dict[str, int], np.ndarray, dict]:
+                  cache_dir: str | os.PathLike | None = None,
+                  show_progress: bool = False) -> tuple[dict[str, int], np.ndarray, dict]:
     """Embed each distinct sentence once. Returns (sentence -> row, matrix, stats)."""
     unique = list(dict.fromkeys(sentences))
     index = {s: i for i, s in enumerate(unique)}
@@ -156,11 +172,11 @@ def encode_unique(encoder: Encoder, sentences: Iterable[str], *, batch_size: int
     fp = encoder_fingerprint(encoder)
     cache = EmbeddingCache(cache_dir, fp) if (cache_dir is not None and fp) else None
     if cache is None:
-        return index, encode_raw(encoder, unique, batch_size), stats
+        return index, encode_raw(encoder, unique, batch_size, show_progress), stats
     cached, missing = cache.lookup(unique)
     if missing:
         todo = [unique[i] for i in missing]
-        fresh = encode_raw(encoder, todo, batch_size)
+        fresh = encode_raw(encoder, todo, batch_size, show_progress)
         cache.add(todo, fresh)
         if cached is None or cached.shape[1] != fresh.shape[1]:
             cached = np.zeros((len(unique), fresh.shape[1]), dtype=np.float32) if cached is None else cached

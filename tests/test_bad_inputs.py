@@ -1,0 +1,154 @@
+"""Every CLI verb refuses bad input with one ``error:`` line and exit code 2, and writes nothing.
+
+One table of cases: (command line, fragment the error line must hold). Placeholders in the command line:
+{model} a tiny BERT folder, {corpus} a plain-text corpus, {recipe} a valid recipe, {out} a fresh output folder,
+{tmp} a folder of bad files (see ``bad_files``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mixcse.cli import main
+
+CASES = [
+    # --- mixcse train: the recipe and its overrides
+    ("train {tmp}/missing.yaml", "recipe not found"),
+    ("train {tmp}/list.yaml", "must be a mapping of config keys"),
+    ("train {tmp}/broken.yaml", "is not valid YAML"),
+    ("train {tmp}/binary.yaml", "is not UTF-8 text"),
+    ("train {recipe} no_such_key=1", "unknown config key 'no_such_key'"),
+    ("train {recipe} batch_sise=8", "did you mean 'batch_size'"),
+    ("train {recipe} batch_size=abc", "'batch_size' must be int"),
+    ("train {recipe} model=[1,2]", "'model' must be str"),
+    ("train {recipe} batch_size", "is not of the form key=value"),
+    ("train {recipe} =3", "is not of the form key=value"),
+    ("train {recipe} learning_rate=nan", "'learning_rate' must be a finite number, got nan"),
+    ("train {recipe} learning_rate=inf", "'learning_rate' must be a finite number, got inf"),
+    ("train {recipe} learning_rate=-1e-5", "'learning_rate' must be > 0"),
+    ("train {recipe} temperature=nan", "'temperature' must be a finite number"),
+    ("train {recipe} temperature=0", "'temperature' must be > 0"),
+    ("train {recipe} lam=nan", "'lam' must be a finite number"),
+    ("train {recipe} lam=2", "lam must be in [0, 1)"),
+    ("train {recipe} warmup_ratio=nan", "'warmup_ratio' must be a finite number"),
+    ("train {recipe} weight_decay=-0.1", "'weight_decay' must be >= 0"),
+    ("train {recipe} max_grad_norm=.inf", "'max_grad_norm' must be a finite number"),
+    ("train {recipe} batch_size=-4", "'batch_size' must be >= 1"),
+    ("train {recipe} max_steps=0", "'max_steps' must be >= 1"),
+    ("train {recipe} loss=nope", "loss must be one of"),
+    ("train {recipe} pooler=nope", "pooler must be one of"),
+    ("train {recipe} precision=fp64", "precision must be one of"),
+    ("train {recipe} model=", "config key 'model' is required"),
+    # --- mixcse train: files
+    ("train {recipe} train_file={tmp}/corrupt.gz", "Error -3 while decompressing"),
+    ("train {recipe} train_file={tmp}/missing.txt", "not found"),
+    ("train {recipe} train_file={tmp}/empty.txt", "has no sentences"),
+    ("train {recipe} model={tmp}/not-a-model", "no config.json; no tokenizer files"),
+    ("train {recipe} model={tmp}/missing-model", "model path does not exist"),
+    ("train {recipe} model={tmp}/empty.txt", "model path is a file, not a model folder"),
+    ("train {recipe} output_dir={tmp}/empty.txt", "output_dir exists and is not a directory"),
+    ("train {recipe} output_dir={tmp}/full", "is not empty; pass --overwrite"),
+    # --- mixcse eval
+    ("eval {tmp}/not-a-model --tasks STSBenchmark", "no config.json; no tokenizer files"),
+    ("eval {tmp}/missing-model --tasks STSBenchmark", "model path does not exist"),
+    ("eval {model} --tasks nope", "unknown task 'nope'"),
+    ("eval {model} --tasks ,", "no tasks given"),
+    ("eval {model} --batch-size -1", "--batch-size must be at least 1"),
+    ("eval {model} --batch-size abc", "invalid int value: 'abc'"),
+    ("eval {model} --workers 0", "--workers must be at least 1"),
+    ("eval {model} --mode nope", "invalid choice: 'nope'"),
+    ("eval {model} --tasks STSBenchmark --data-dir {tmp}/no-data", "benchmark data folder not found"),
+    ("eval {model} --tasks STSBenchmark --data-dir {tmp}/full", "task folder not found"),
+    ("eval {model} --tasks STSBenchmark --output {tmp}/empty.txt", "exists; pass --overwrite"),
+    ("eval {model} --tasks STSBenchmark --output {tmp}/full --overwrite", "is a folder"),
+    ("eval {model} --tasks STSBenchmark --cache-dir {tmp}/empty.txt", "--cache-dir"),
+    ("eval {model} --tasks STSBenchmark --pooler nope", "unknown pooler 'nope'"),
+    # --- mixcse encode
+    ("encode {model} --input {tmp}/corrupt.gz --output {out}/e.npy", "Error -3 while decompressing"),
+    ("encode {model} --input {tmp}/missing.txt --output {out}/e.npy", "input file not found"),
+    ("encode {model} --input {tmp}/empty.txt --output {out}/e.npy", "has no sentences"),
+    ("encode {model} --input {tmp}/binary.yaml --output {out}/e.npy", "not UTF-8 text"),
+    ("encode {model} --input {corpus} --output {out}/e.txt", "--output must end in .npy or .safetensors"),
+    ("encode {model} --input {corpus} --output {tmp}/existing.npy", "exists; pass --overwrite"),
+    ("encode {model} --input {corpus} --output {tmp}/empty.txt/e.npy", "is a file, not a folder"),
+    ("encode {model} --input {corpus} --output {out}/e.npy --batch-size -2", "--batch-size: must be >= 1"),
+    ("encode {tmp}/not-a-model --input {corpus} --output {out}/e.npy", "no config.json"),
+    ("encode {model} --input {corpus} --output {out}/e.npy --device nope", "cannot load model"),
+    ("encode {model} --input {corpus}", "the following arguments are required: --output"),
+    # --- mixcse search
+    ("search {model} --corpus {tmp}/missing.txt --query a", "corpus file not found"),
+    ("search {model} --corpus {tmp}/corrupt.gz --query a", "Error -3 while decompressing"),
+    ("search {model} --corpus {corpus} --query ''", "--query must not be empty"),
+    ("search {model} --corpus {corpus} --query a --top-k 0", "--top-k: must be >= 1"),
+    ("search {model} --corpus {corpus} --query a --corpus-embeddings {tmp}/missing.npy", "embeddings file not found"),
+    ("search {model} --corpus {corpus} --query a --corpus-embeddings {tmp}/vector.npy", "expected a 2-D array"),
+    ("search {model} --corpus {corpus} --query a --corpus-embeddings {tmp}/existing.npy", "has 3 rows"),
+    ("search {model} --corpus {corpus} --query a --corpus-embeddings {tmp}/garbage.npy", "cannot read embeddings"),
+    # --- mixcse data
+    ("data download --what nope --dest {out}", "unknown item(s)"),
+    ("data download --dest {tmp}/empty.txt", "exists and is not a folder"),
+    ("data download --dest {out}/data --base-url file:///nonexistent/", "download failed"),
+    ("data nope", "invalid choice: 'nope'"),
+    # --- the command itself
+    ("nope", "invalid choice: 'nope'"),
+    ("", "the following arguments are required: command"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("bad")
+    (tmp / "corrupt.gz").write_bytes(gzip.compress(b"one sentence\n")[:10] + b"\xff" * 40)  # valid header, garbage
+    (tmp / "list.yaml").write_text("- a\n- b\n")
+    (tmp / "broken.yaml").write_text("model: x\n  bad: [\n")
+    (tmp / "binary.yaml").write_bytes(b"\xff\xfe\x00model")
+    (tmp / "empty.txt").write_text("")
+    (tmp / "not-a-model").mkdir()
+    (tmp / "not-a-model" / "notes.json").write_text("{}")
+    (tmp / "full").mkdir()
+    (tmp / "full" / "keep.txt").write_text("user data\n")
+    np.save(tmp / "existing.npy", np.zeros((3, 4), dtype=np.float32))
+    np.save(tmp / "vector.npy", np.zeros(3, dtype=np.float32))
+    (tmp / "garbage.npy").write_bytes(b"not numpy")
+    return tmp
+
+
+def _snapshot(*roots: Path) -> dict[str, tuple[int, float]]:
+    files = {}
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                p = Path(dirpath) / name
+                files[str(p)] = (p.stat().st_size, p.stat().st_mtime) if p.is_file() else (-1, 0.0)
+    return files
+
+
+@pytest.mark.parametrize("argv, fragment", CASES, ids=[c[0] or "(no command)" for c in CASES])
+def test_bad_input_is_one_error_line_exit_2_nothing_written(argv, fragment, bad_files, tiny_bert, synthetic_data,
+                                                            tmp_path, capsys, monkeypatch):
+    import shlex
+
+    out = tmp_path / "out"
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"model: {tiny_bert}\ntrain_file: {synthetic_data['corpus']}\noutput_dir: {out}\n"
+                      f"max_steps: 2\nbatch_size: 8\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MIXCSE_DATA", raising=False)
+    args = shlex.split(argv.format(model=tiny_bert, corpus=synthetic_data["corpus"], recipe=recipe, out=out,
+                                   tmp=bad_files))
+    before = _snapshot(bad_files, tmp_path, tiny_bert)
+    try:
+        rc = main(args)
+    except SystemExit as exc:  # argparse
+        rc = exc.code
+    err = capsys.readouterr().err
+    error_lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert rc == 2, err
+    assert len(error_lines) == 1 and fragment in error_lines[0], err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == error_lines[0]
+    assert _snapshot(bad_files, tmp_path, tiny_bert) == before, "a refused command wrote files"
