@@ -24,11 +24,15 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _next_step(result) -> str:
-    """One line on what the dev number means and what to run next, so a first run is not misread."""
-    if result.raw_dev is not None and result.best_dev is not None and result.best_dev <= result.raw_dev:
-        return ("note: STS-B dev measures general-domain similarity; on a weak masked LM such as the CPU stand-in "
-                "SimCSE/MixCSE do not raise it (they do on all-MiniLM-L6-v2, docs/results.md); to adapt a real "
-                "encoder to your documents see docs/domain-adaptation.md (recipes/domain/)")
+    """One line on what the selection number means and what to run next, so a first run is not misread."""
+    if result.select_metric is not None and result.best_step == 0:
+        if result.select_metric == "stsb_dev":
+            return ("note: no training step beat the start model on STS-B dev, so best/ is the start model. STS-B "
+                    "dev measures general-domain similarity; on a weak masked LM such as the CPU stand-in "
+                    "SimCSE/MixCSE do not raise it (they do on all-MiniLM-L6-v2, docs/results.md); to adapt a real "
+                    "encoder to your documents see docs/domain-adaptation.md (recipes/domain/)")
+        return (f"note: no training step beat the start model on {result.select_metric}, so best/ is the start "
+                f"model; docs/domain-adaptation.md says when adaptation does not help and what to try")
     return (f"next: mixcse eval {result.output_dir}/best (STS and transfer tasks, docs/evaluation.md), or "
             f"mixcse encode {result.output_dir}/best --input FILE --output emb.npy")
 
