@@ -294,11 +294,18 @@ def test_train_on_documents_prints_what_it_read(tiny_bert, tmp_path, capsys):
                        f"max_seq_length 6"]
 
 
-def test_train_refuses_a_bad_documents_file_before_writing(tmp_path, capsys):
-    path = write_jsonl(tmp_path / "bad.jsonl", DOCS, extra_lines=["{not json"])
+@pytest.mark.parametrize("bad", ["invalid_json", "truncated_gzip"])
+def test_train_refuses_a_bad_file_before_writing(tmp_path, capsys, bad):
+    if bad == "invalid_json":
+        path = write_jsonl(tmp_path / "bad.jsonl", DOCS, extra_lines=["{not json"])
+        expected = f"error: {path}:3: invalid JSON ("
+    else:
+        path = tmp_path / "corpus.txt.gz"
+        path.write_bytes(gzip.compress(b"a training sentence\n" * 1000)[:40])
+        expected = f"error: cannot read training file {path}: "
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(f"model: no-model-needed\ntrain_file: {path}\noutput_dir: {tmp_path / 'run'}\n")
     code = main(["train", str(recipe)])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith(f"error: {path}:3: invalid JSON (") and len(err.splitlines()) == 1
+    assert code == 2 and err.startswith(expected) and len(err.splitlines()) == 1
     assert not (tmp_path / "run").exists()
