@@ -98,6 +98,7 @@ def _iter_jsonl(path: Path, text_column: str | None) -> Iterator[tuple[str, str]
 
 
 def _iter_csv(path: Path, text_column: str | None, delimiter: str) -> Iterator[tuple[str, str]]:
+    csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))  # whole papers in one field: the default is 128 KiB
     lines = (line for _, line in iter_lines(path, what="training", strip=False))
     reader = csv.DictReader(lines, delimiter=delimiter)
     column = text_column or "text"
@@ -129,13 +130,15 @@ def _iter_parquet(path: Path, text_column: str | None) -> Iterator[tuple[str, st
             raise _missing(str(path), column, names)
         use_title = text_column is None and "title" in names
         columns = ["title", column] if use_title else [column]
+        row = 0
         for batch in parquet.iter_batches(batch_size=4096, columns=columns):
             texts = batch.column(column).to_pylist()
             titles = batch.column("title").to_pylist() if use_title else [""] * len(texts)
             for title, text in zip(titles, texts):
+                row += 1
                 for name, value in (("title", title), (column, text)):
                     if value is not None and not isinstance(value, str):
-                        raise DataError(f"{path}: column {name!r} is not text ({type(value).__name__})")
+                        raise DataError(f"{path}: row {row}: column {name!r} is not text ({type(value).__name__})")
                 yield title or "", text or ""
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise DataError(f"cannot read training file {path}: {str(exc).splitlines()[0]}") from None

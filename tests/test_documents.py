@@ -100,6 +100,8 @@ def test_csv_and_tsv_title_text_and_named_column(tmp_path):
     tsv = write_csv(tmp_path / "docs.tsv", rows, ["title", "text", "abstract"], delimiter="\t")
     assert read_segments(tsv, segment="passage")[0] == [
         "A title of four Quoted, multi-line text in one field. It has two sentences."]
+    long = write_csv(tmp_path / "long.csv", [{"text": "word " * 40_000}], ["text"])  # 200 kB in one field
+    assert read_segments(long, segment="passage")[0] == [" ".join(["word"] * 40_000)]
     bom = tmp_path / "excel.csv"
     bom.write_bytes("\ufefftext\nfrom a spreadsheet with a byte-order mark\n".encode())
     assert read_segments(bom)[0] == ["from a spreadsheet with a byte-order mark"]
@@ -116,6 +118,10 @@ def test_parquet_title_text_and_named_column(tmp_path):
     assert (stats["format"], stats["documents"]) == ("parquet", 2)
     assert read_segments(path, text_column="body", segment="passage")[0] == [
         "the other column of text", "and its second row here"]
+    numbers = write_parquet(tmp_path / "numbers.parquet", {"text": ["a real sentence of text", None], "n": [1, 2]})
+    assert read_segments(numbers)[0] == ["a real sentence of text"]
+    with pytest.raises(DataError, match=rf"^{numbers}: row 1: column 'n' is not text \(int\)$"):
+        read_segments(numbers, text_column="n")
 
 
 def test_plain_text_is_read_exactly_as_before(tmp_path):
