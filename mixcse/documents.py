@@ -19,14 +19,14 @@ record; the text is the ``text_column`` field, or by default ``text`` with ``tit
 
 Segments: ``line`` = each non-blank line; ``sentence`` = the sentences of each document (a title is a sentence of
 its own); ``passage`` = each document whole (the tokenizer truncates it to ``max_seq_length``). Defaults: plain text
-is read as today (``line``, every non-blank line, no dedupe); documents get ``sentence``, dedupe and ``min_words``
-= 4 (SciFact's segments under 4 words are section heads, "J. Mol.", "(ABSTRACT TRUNCATED)": 0.7% of segments).
+is read as it always was (``line``: every non-blank line, no dedupe); documents get ``sentence``, dedupe and
+``min_words`` = 4 (SciFact's segments under 4 words are section heads, "J. Mol.", "(ABSTRACT TRUNCATED)": 0.6% of segments).
 Dedupe keeps the first of equal segments and remembers 16-byte BLAKE2b digests, not the strings.
 ``max_sentences`` keeps the first N segments that pass the filters and stops reading there.
 
-Sentences come from sentencex (Wikimedia's segmenter: maintained, native wheels, ~30,000 SciFact abstracts/s here),
+Sentences come from sentencex (Wikimedia's segmenter: maintained, native wheels, ~25,000 SciFact abstracts/s here),
 with one rule on top: a boundary inside a whitespace-free token ("H2A.Z", "AACR.This") is not a boundary. Compared on
-500 SciFact abstracts with pysbd 0.3.4 (as accurate, but 100 abstracts/s: minutes per run on a large corpus, and
+500 SciFact abstracts with pysbd 0.3.4 (as accurate, but 120 abstracts/s: minutes per run on a large corpus, and
 it cuts "(i) ... (ii) ..." lists into fragments) and blingfire 0.1.8 (fast, but misses sentences that start in
 lower case, such as "p53 ..." or "miR-375 ...", and ships x86-64 binaries only); see docs/training-data.md.
 
@@ -98,6 +98,7 @@ def _iter_jsonl(path: Path, text_column: str | None) -> Iterator[tuple[str, str]
 
 
 def _iter_csv(path: Path, text_column: str | None, delimiter: str) -> Iterator[tuple[str, str]]:
+    csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))  # whole papers in one field: the default is 128 KiB
     lines = (line for _, line in iter_lines(path, what="training", strip=False))
     reader = csv.DictReader(lines, delimiter=delimiter)
     column = text_column or "text"
@@ -129,13 +130,15 @@ def _iter_parquet(path: Path, text_column: str | None) -> Iterator[tuple[str, st
             raise _missing(str(path), column, names)
         use_title = text_column is None and "title" in names
         columns = ["title", column] if use_title else [column]
+        row = 0
         for batch in parquet.iter_batches(batch_size=4096, columns=columns):
             texts = batch.column(column).to_pylist()
             titles = batch.column("title").to_pylist() if use_title else [""] * len(texts)
             for title, text in zip(titles, texts):
+                row += 1
                 for name, value in (("title", title), (column, text)):
                     if value is not None and not isinstance(value, str):
-                        raise DataError(f"{path}: column {name!r} is not text ({type(value).__name__})")
+                        raise DataError(f"{path}: row {row}: column {name!r} is not text ({type(value).__name__})")
                 yield title or "", text or ""
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise DataError(f"cannot read training file {path}: {str(exc).splitlines()[0]}") from None

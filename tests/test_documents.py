@@ -100,6 +100,8 @@ def test_csv_and_tsv_title_text_and_named_column(tmp_path):
     tsv = write_csv(tmp_path / "docs.tsv", rows, ["title", "text", "abstract"], delimiter="\t")
     assert read_segments(tsv, segment="passage")[0] == [
         "A title of four Quoted, multi-line text in one field. It has two sentences."]
+    long = write_csv(tmp_path / "long.csv", [{"text": "word " * 40_000}], ["text"])  # 200 kB in one field
+    assert read_segments(long, segment="passage")[0] == [" ".join(["word"] * 40_000)]
     bom = tmp_path / "excel.csv"
     bom.write_bytes("\ufefftext\nfrom a spreadsheet with a byte-order mark\n".encode())
     assert read_segments(bom)[0] == ["from a spreadsheet with a byte-order mark"]
@@ -116,6 +118,10 @@ def test_parquet_title_text_and_named_column(tmp_path):
     assert (stats["format"], stats["documents"]) == ("parquet", 2)
     assert read_segments(path, text_column="body", segment="passage")[0] == [
         "the other column of text", "and its second row here"]
+    numbers = write_parquet(tmp_path / "numbers.parquet", {"text": ["a real sentence of text", None], "n": [1, 2]})
+    assert read_segments(numbers)[0] == ["a real sentence of text"]
+    with pytest.raises(DataError, match=rf"^{numbers}: row 1: column 'n' is not text \(int\)$"):
+        read_segments(numbers, text_column="n")
 
 
 def test_plain_text_is_read_exactly_as_before(tmp_path):
@@ -294,11 +300,18 @@ def test_train_on_documents_prints_what_it_read(tiny_bert, tmp_path, capsys):
                        f"max_seq_length 6"]
 
 
-def test_train_refuses_a_bad_documents_file_before_writing(tmp_path, capsys):
-    path = write_jsonl(tmp_path / "bad.jsonl", DOCS, extra_lines=["{not json"])
+@pytest.mark.parametrize("bad", ["invalid_json", "truncated_gzip"])
+def test_train_refuses_a_bad_file_before_writing(tmp_path, capsys, bad):
+    if bad == "invalid_json":
+        path = write_jsonl(tmp_path / "bad.jsonl", DOCS, extra_lines=["{not json"])
+        expected = f"error: {path}:3: invalid JSON ("
+    else:
+        path = tmp_path / "corpus.txt.gz"
+        path.write_bytes(gzip.compress(b"a training sentence\n" * 1000)[:40])
+        expected = f"error: cannot read training file {path}: "
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(f"model: no-model-needed\ntrain_file: {path}\noutput_dir: {tmp_path / 'run'}\n")
     code = main(["train", str(recipe)])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith(f"error: {path}:3: invalid JSON (") and len(err.splitlines()) == 1
+    assert code == 2 and err.startswith(expected) and len(err.splitlines()) == 1
     assert not (tmp_path / "run").exists()
