@@ -177,10 +177,11 @@ def dev_subset(data: BeirData, n_distractors: int = DEFAULT_DISTRACTORS, seed: i
 
     The same (data, n_distractors, seed) always gives the same documents, in corpus order, so scores of
     successive checkpoints are comparable and document embeddings can be cached by text. Cost is linear in the
-    number of documents; the default 1,000 random distractors keep it small (SciFact's train split: 919
-    relevant + 1,000 others = 1,919 of 5,183 abstracts, ~37% of the full corpus's encoding time) while each
-    query still ranks about two thousand same-domain abstracts, most of them relevant to other queries, so the
-    top 10 stays contested. The test evaluation always uses the whole corpus.
+    number of documents; the default 1,000 random distractors keep it small (SciFact's train split: 565
+    relevant + 1,000 others = 1,565 of 5,183 abstracts, 30% of the full corpus's encoding time) while each
+    query still ranks about 1,500 same-domain abstracts, so the metrics do not saturate: all-MiniLM-L6-v2
+    scores nDCG@10 76.5 on it against 66.0 on the whole corpus (train split). The test evaluation always uses
+    the whole corpus.
     """
     if n_distractors < 0:
         raise MixCSEError(f"n_distractors must be >= 0, got {n_distractors}")
