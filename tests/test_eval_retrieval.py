@@ -205,6 +205,13 @@ def test_dev_subset_is_seeded_and_keeps_every_relevant_document(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ runner / CLI
+def test_retrieval_is_a_task_outside_all():
+    from mixcse.evaluation.runner import ALL_TASKS, expand_tasks
+
+    assert expand_tasks("all") == list(ALL_TASKS) and "retrieval" not in ALL_TASKS
+    assert expand_tasks("Retrieval,STS-B") == ["STSBenchmark", "retrieval"]
+
+
 def test_runner_and_tables(beir):
     results = evaluate(bag_of_words, tasks="retrieval", retrieval_data=beir, verbose=False)
     assert results["retrieval"]["ndcg@10"] == pytest.approx(EXPECTED["ndcg@10"])
