@@ -30,7 +30,6 @@ encoded 50,000 per call for the same reason.
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import time
 from dataclasses import dataclass, field
@@ -77,21 +76,21 @@ class BeirData:
 def _jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     if not path.is_file():
         raise DataError(f"{path}: file not found (a BEIR folder has corpus.jsonl, queries.jsonl, qrels/)")
-    with open(path, encoding="utf-8") as fh:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-                if not isinstance(obj, dict):
-                    raise DataError(f"{path}:{lineno}: expected a JSON object")
-                yield lineno, obj
-        except UnicodeDecodeError:
-            raise DataError(f"{path}:{lineno + 1}: not valid utf-8 text") from None
+    with open(path, "rb") as fh:  # bytes, so that a bad byte is reported on its own line
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DataError(f"{path}:{lineno}: not valid utf-8 text") from None
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise DataError(f"{path}:{lineno}: expected a JSON object")
+            yield lineno, obj
 
 
 def _field(obj: dict, key: str, path: Path, lineno: int, *, required: bool = True) -> str:
@@ -123,21 +122,26 @@ def _read_records(path: Path, *, with_title: bool) -> dict[str, str]:
 
 def _read_qrels(path: Path) -> list[tuple[int, str, str, int]]:
     rows = []
-    with open(path, encoding="utf-8", newline="") as fh:
-        for lineno, row in enumerate(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE), 1):
-            if not row or not "".join(row).strip():
-                continue
-            if lineno == 1 and [c.strip().lower() for c in row] == ["query-id", "corpus-id", "score"]:
-                continue
-            if len(row) != 3:
-                raise DataError(f"{path}:{lineno}: expected 3 tab-separated fields (query-id, corpus-id, score), "
-                                f"got {len(row)}")
-            qid, did, score = (c.strip() for c in row)
-            try:
-                rel = int(score)
-            except ValueError:
-                raise DataError(f"{path}:{lineno}: score {score!r} is not an integer") from None
-            rows.append((lineno, qid, did, rel))
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise DataError(f"{path}:{bad}: not valid utf-8 text") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        row = line.split("\t")
+        if lineno == 1 and [c.strip().lower() for c in row] == ["query-id", "corpus-id", "score"]:
+            continue
+        if len(row) != 3:
+            raise DataError(f"{path}:{lineno}: expected 3 tab-separated fields (query-id, corpus-id, score), "
+                            f"got {len(row)}")
+        qid, did, score = (c.strip() for c in row)
+        try:
+            rel = int(score)
+        except ValueError:
+            raise DataError(f"{path}:{lineno}: score {score!r} is not an integer") from None
+        rows.append((lineno, qid, did, rel))
     return rows
 
 
