@@ -271,7 +271,7 @@ def test_reproduces_mteb_minilm_scifact(tmp_path, capsys):
     if not (SCIFACT / "corpus.jsonl").is_file():
         pytest.skip("the shared SciFact copy is not here")
     out = tmp_path / "scifact.json"
-    assert command.main(["eval", minilm.get_model_path(), "--tasks", "retrieval", "--retrieval-data",
+    assert command.main(["eval", str(minilm.get_model_path()), "--tasks", "retrieval", "--retrieval-data",
                          str(SCIFACT), "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     res = json.loads(out.read_text())["retrieval"]
