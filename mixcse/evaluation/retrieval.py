@@ -172,7 +172,7 @@ def load_beir(data_dir, split: str = "test") -> BeirData:
     unknown_docs = sorted({did for rels in qrels.values() for did in rels if did not in corpus})
     query_ids = [q for q in queries if q in qrels]
     return BeirData(doc_ids=list(corpus), documents=list(corpus.values()), query_ids=query_ids,
-                    queries=[queries[q] for q in query_ids], qrels=qrels, split=split, source=str(root),
+                    queries=[queries[q] for q in query_ids], qrels=qrels, split=split, source=str(root.resolve()),
                     notes={"judged_documents_not_in_corpus": len(unknown_docs)})
 
 
