@@ -177,7 +177,8 @@ def _error(tmp_path, **kw) -> str:
 
 
 def test_bad_files_name_file_and_line(tmp_path):
-    assert re.search(r"corpus\.jsonl:2: invalid JSON", _error(tmp_path, edit=("corpus.jsonl", '{"_id": "a", "text": "x"}\n{oops\n')))
+    bad_json = ("corpus.jsonl", '{"_id": "a", "text": "x"}\n{oops\n')
+    assert re.search(r"corpus\.jsonl:2: invalid JSON", _error(tmp_path, edit=bad_json))
     assert re.search(r"corpus\.jsonl:1: missing '_id'", _error(tmp_path, corpus=[{"text": "x"}]))
     assert re.search(r"queries\.jsonl:2: missing 'text'", _error(tmp_path, queries=[QUERIES[0], {"_id": "q2"}]))
     assert re.search(r"corpus\.jsonl:2: duplicate _id 'd1'", _error(tmp_path, corpus=[CORPUS[0], CORPUS[0]]))
