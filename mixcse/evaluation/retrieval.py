@@ -30,7 +30,6 @@ encoded 50,000 per call for the same reason.
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import time
 from dataclasses import dataclass, field
@@ -77,21 +76,21 @@ class BeirData:
 def _jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     if not path.is_file():
         raise DataError(f"{path}: file not found (a BEIR folder has corpus.jsonl, queries.jsonl, qrels/)")
-    with open(path, encoding="utf-8") as fh:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-                if not isinstance(obj, dict):
-                    raise DataError(f"{path}:{lineno}: expected a JSON object")
-                yield lineno, obj
-        except UnicodeDecodeError:
-            raise DataError(f"{path}:{lineno + 1}: not valid utf-8 text") from None
+    with open(path, "rb") as fh:  # bytes, so that a bad byte is reported on its own line
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DataError(f"{path}:{lineno}: not valid utf-8 text") from None
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise DataError(f"{path}:{lineno}: expected a JSON object")
+            yield lineno, obj
 
 
 def _field(obj: dict, key: str, path: Path, lineno: int, *, required: bool = True) -> str:
@@ -123,21 +122,26 @@ def _read_records(path: Path, *, with_title: bool) -> dict[str, str]:
 
 def _read_qrels(path: Path) -> list[tuple[int, str, str, int]]:
     rows = []
-    with open(path, encoding="utf-8", newline="") as fh:
-        for lineno, row in enumerate(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE), 1):
-            if not row or not "".join(row).strip():
-                continue
-            if lineno == 1 and [c.strip().lower() for c in row] == ["query-id", "corpus-id", "score"]:
-                continue
-            if len(row) != 3:
-                raise DataError(f"{path}:{lineno}: expected 3 tab-separated fields (query-id, corpus-id, score), "
-                                f"got {len(row)}")
-            qid, did, score = (c.strip() for c in row)
-            try:
-                rel = int(score)
-            except ValueError:
-                raise DataError(f"{path}:{lineno}: score {score!r} is not an integer") from None
-            rows.append((lineno, qid, did, rel))
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise DataError(f"{path}:{bad}: not valid utf-8 text") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        row = line.split("\t")
+        if lineno == 1 and [c.strip().lower() for c in row] == ["query-id", "corpus-id", "score"]:
+            continue
+        if len(row) != 3:
+            raise DataError(f"{path}:{lineno}: expected 3 tab-separated fields (query-id, corpus-id, score), "
+                            f"got {len(row)}")
+        qid, did, score = (c.strip() for c in row)
+        try:
+            rel = int(score)
+        except ValueError:
+            raise DataError(f"{path}:{lineno}: score {score!r} is not an integer") from None
+        rows.append((lineno, qid, did, rel))
     return rows
 
 
@@ -168,7 +172,7 @@ def load_beir(data_dir, split: str = "test") -> BeirData:
     unknown_docs = sorted({did for rels in qrels.values() for did in rels if did not in corpus})
     query_ids = [q for q in queries if q in qrels]
     return BeirData(doc_ids=list(corpus), documents=list(corpus.values()), query_ids=query_ids,
-                    queries=[queries[q] for q in query_ids], qrels=qrels, split=split, source=str(root),
+                    queries=[queries[q] for q in query_ids], qrels=qrels, split=split, source=str(root.resolve()),
                     notes={"judged_documents_not_in_corpus": len(unknown_docs)})
 
 
@@ -177,10 +181,11 @@ def dev_subset(data: BeirData, n_distractors: int = DEFAULT_DISTRACTORS, seed: i
 
     The same (data, n_distractors, seed) always gives the same documents, in corpus order, so scores of
     successive checkpoints are comparable and document embeddings can be cached by text. Cost is linear in the
-    number of documents; the default 1,000 random distractors keep it small (SciFact's train split: 919
-    relevant + 1,000 others = 1,919 of 5,183 abstracts, ~37% of the full corpus's encoding time) while each
-    query still ranks about two thousand same-domain abstracts, most of them relevant to other queries, so the
-    top 10 stays contested. The test evaluation always uses the whole corpus.
+    number of documents; the default 1,000 random distractors keep it small (SciFact's train split: 565
+    relevant + 1,000 others = 1,565 of 5,183 abstracts, 30% of the full corpus's encoding time) while each
+    query still ranks about 1,500 same-domain abstracts, so the metrics do not saturate: all-MiniLM-L6-v2
+    scores nDCG@10 76.5 on it against 66.0 on the whole corpus (train split). The test evaluation always uses
+    the whole corpus.
     """
     if n_distractors < 0:
         raise MixCSEError(f"n_distractors must be >= 0, got {n_distractors}")

@@ -145,8 +145,9 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
     index, emb, enc_stats = encode_unique(encoder, (s for t in senteval for s in _sentences(t, loaded[t])),
                                           batch_size=batch_size, cache_dir=cache_dir, show_progress=verbose)
     seconds["encode"] = time.perf_counter() - t0
-    log(f"encoded {enc_stats['encoded']} of {enc_stats['distinct_sentences']} distinct sentences "
-        f"({enc_stats['cache_hits']} from cache) in {seconds['encode']:.1f} s")
+    if senteval:
+        log(f"encoded {enc_stats['encoded']} of {enc_stats['distinct_sentences']} distinct sentences "
+            f"({enc_stats['cache_hits']} from cache) in {seconds['encode']:.1f} s")
 
     def embed(sentences: list[str]) -> np.ndarray:
         return gather(index, emb, sentences)
