@@ -214,8 +214,11 @@ def _eval_section(eval_results: dict) -> list[str]:
     if isinstance(transfer, dict) and transfer:
         keys = _ordered(transfer, TRANSFER_ORDER)
         mode = settings.get("mode")
+        probe = settings.get("classifier")
+        probe = probe.get("classifier") if isinstance(probe, dict) else None
+        details = ", ".join(x for x in (f"mode {mode}" if mode else "", f"probe {probe}" if probe else "") if x)
         lines += ["Transfer: test accuracy x100 of a logistic regression on the frozen embeddings"
-                  + (f" (SentEval, mode {mode})." if mode else " (SentEval)."), ""]
+                  + (f" (SentEval, {details})." if details else " (SentEval)."), ""]
         lines += _table([LABELS.get(k, k) for k in keys] + ["Avg."],
                         [[_num(transfer[k].get("acc")) for k in keys] + [_num(transfer.get("avg"))]])
         lines.append("")
