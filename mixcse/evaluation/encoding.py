@@ -181,7 +181,8 @@ def _unit_key(sentences: list[str], batch_size: int) -> str:
 
 
 def encode_units(encoder: Encoder, units: dict[str, list[str]], *, batch_size: int = 64,
-                 cache_dir: str | os.PathLike | None = None) -> tuple[dict[str, tuple[dict[str, int], np.ndarray]], dict]:
+                 cache_dir: str | os.PathLike | None = None) -> tuple[dict[str, tuple[dict[str, int], np.ndarray]],
+                                                                      dict]:
     """Embed each unit (one task's sentences) on its own. Returns ({unit: (sentence -> row, matrix)}, stats).
 
     A sentence's embedding moves in the last float bits with its batch-mates (padding length, kernel shapes), and a
