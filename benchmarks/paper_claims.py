@@ -186,7 +186,7 @@ def save_results(update) -> dict:
     update(data)
     data["settings"] = {"backbones": {bb: {**{k: v for k, v in cfg.items()}, **COMMON} for bb, cfg in BACKBONES.items()},
                         "corpus": str(CORPUS.relative_to(REPO.parent)), "data_dir": str(DOWNSTREAM.relative_to(REPO.parent)),
-                        "evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysis, classifier=sklearn)",
+                        "evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysis, classifier=sklearn-converged)",
                         "selection": "STS-B dev Spearman (trainer's DevEvaluator)"}
     RESULTS_JSON.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULTS_JSON.with_name(RESULTS_JSON.name + ".tmp")
@@ -245,7 +245,7 @@ def evaluate_model(encoder, mode: str, eval_precision: str, workers: int = 1,
     if eval_precision == "bf16" and hasattr(encoder, "encode"):
         encoder = Autocast(encoder)
     res = evaluate(encoder, tasks=tasks, data_dir=str(DOWNSTREAM), mode=mode,
-                   classifier="sklearn", batch_size=EVAL_BATCH, verbose=True, workers=workers)
+                   classifier="sklearn-converged", batch_size=EVAL_BATCH, verbose=True, workers=workers)
     return res, time.perf_counter() - t0
 
 

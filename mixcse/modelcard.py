@@ -171,8 +171,11 @@ def _eval_section(eval_results: dict) -> list[str]:
     if isinstance(transfer, dict) and transfer:
         keys = _ordered(transfer, TRANSFER_TASKS)
         mode = settings.get("mode")
+        probe = settings.get("classifier")
+        probe = probe.get("classifier") if isinstance(probe, dict) else None
+        details = ", ".join(x for x in (f"mode {mode}" if mode else "", f"probe {probe}" if probe else "") if x)
         lines += ["Transfer: test accuracy x100 of a logistic regression on the frozen embeddings"
-                  + (f" (SentEval, mode {mode})." if mode else " (SentEval)."), ""]
+                  + (f" (SentEval, {details})." if details else " (SentEval)."), ""]
         lines += markdown_table([label(k) for k in keys] + ["Avg."],
                                 [[number(transfer[k].get("acc")) for k in keys] + [number(transfer.get("avg"))]],
                                 centred=True)

@@ -11,7 +11,7 @@ from mixcse.evaluation import (ALL_TASKS, evaluate, expand_tasks, format_tables,
                                plot_training_cosines, sphere_stats, stsb_dev_spearman, to_jsonable)
 from mixcse import cli
 from mixcse.evaluation import alignment, command
-from mixcse.evaluation.data import default_data_dir, load_stsb, resolve_data_dir
+from mixcse.evaluation.data import default_data_dir, load_binary, load_stsb, load_trec, resolve_data_dir
 from mixcse.evaluation.sts import row_cosine, spearman
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval" / "downstream"
@@ -66,16 +66,17 @@ def test_smoke_all_tasks(full):
     a = res["analysis"]
     assert 0 <= a["alignment"] <= 4 and a["uniformity"] <= 0 and 0 < a["mean_angle"] <= a["max_angle"] <= 180
     s = res["settings"]
-    assert s["mode"] == "fasttest" and s["kfold"] == 5 and s["classifier"]["classifier"] == "sklearn"
+    assert s["mode"] == "fasttest" and s["kfold"] == 5 and s["classifier"]["classifier"] == "senteval-pytorch"
     assert set(ALL_TASKS) <= set(s["seconds"]) and "encode" in s["seconds"]
     json.dumps(to_jsonable(res), allow_nan=False)
 
 
-def test_each_distinct_sentence_encoded_once_in_one_call(full):
+def test_each_task_encoded_once_in_a_call_of_its_own(full):
     enc, res = full
-    assert len(enc.calls) == 1
-    sent = enc.calls[0]
-    assert len(sent) == len(set(sent)) == res["settings"]["encoding"]["distinct_sentences"]
+    assert len(enc.calls) == len(ALL_TASKS)  # one call per task, each task's sentences once
+    assert all(len(call) == len(set(call)) for call in enc.calls)
+    assert len({s for call in enc.calls for s in call}) == res["settings"]["encoding"]["distinct_sentences"]
+    assert res["settings"]["encoding"]["units"] == len(ALL_TASKS)
 
 
 def test_callable_gets_length_sorted_batches():
@@ -85,40 +86,63 @@ def test_callable_gets_length_sorted_batches():
         seen.append(batch)
         return hashed(batch)
 
-    res = evaluate(enc, tasks="STS12,STSBenchmark", data_dir=FIXTURE, batch_size=8, verbose=False)
+    res = evaluate(enc, tasks="STS12", data_dir=FIXTURE, batch_size=8, verbose=False)
     assert all(len(b) <= 8 for b in seen)
     lengths = [len(s.split()) for b in seen for s in b]
     assert lengths == sorted(lengths, reverse=True)
-    again = evaluate(hashed, tasks="STS12,STSBenchmark", data_dir=FIXTURE, batch_size=1000, verbose=False)
+    again = evaluate(hashed, tasks="STS12", data_dir=FIXTURE, batch_size=1000, verbose=False)
     assert again["sts"]["STS12"]["spearman"] == pytest.approx(res["sts"]["STS12"]["spearman"])
 
 
 def test_cache_reused_only_with_fingerprint(tmp_path):
     enc = Recorder(fingerprint="fake-v1")
     first = evaluate(enc, tasks="sts", data_dir=FIXTURE, cache_dir=tmp_path, verbose=False)
+    n_sts = len(enc.calls)
     second = evaluate(enc, tasks="sts", data_dir=FIXTURE, cache_dir=tmp_path, verbose=False)
-    assert len(enc.calls) == 1  # the second run found everything in the cache
+    assert len(enc.calls) == n_sts == 7  # the second run found every task in the cache
     assert second["settings"]["encoding"]["encoded"] == 0
     assert second["sts"]["STS12"] == first["sts"]["STS12"]
     third = evaluate(enc, tasks="sts,analysis", data_dir=FIXTURE, cache_dir=tmp_path, verbose=False)
-    assert len(enc.calls) == 2  # only STS-B dev (for the analysis) was new
-    assert set(enc.calls[1]).isdisjoint(enc.calls[0])
-    assert third["settings"]["encoding"]["cache_hits"] == len(enc.calls[0])
+    assert len(enc.calls) == n_sts + 1  # only the analysis task was new
+    assert third["settings"]["encoding"]["cache_hits"] == sum(len(c) for c in enc.calls[:n_sts])
     assert third["sts"] == first["sts"]
-    assert len(list(tmp_path.rglob("shard-*.npz"))) == 2 and not list(tmp_path.rglob(".tmp-*"))
+    evaluate(enc, tasks="sts", data_dir=FIXTURE, cache_dir=tmp_path, batch_size=7, verbose=False)
+    assert len(enc.calls) == 2 * n_sts + 1  # another batch size is another batch composition: not reused
+    assert len(list(tmp_path.rglob("unit-*.npy"))) == 2 * n_sts + 1 and not list(tmp_path.rglob(".tmp-*"))
     nofp = tmp_path / "nofp"
     evaluate(Recorder(), tasks="STS13", data_dir=FIXTURE, cache_dir=nofp, verbose=False)
     assert not nofp.exists()
+
+
+def test_task_scores_do_not_depend_on_the_other_tasks(tiny_bert, tmp_path):
+    """A real model's embeddings move in the last bits with their batch-mates; a task's numbers must not."""
+    from mixcse.encoder import SentenceEncoder
+
+    enc = SentenceEncoder.load(tiny_bert, pooler="cls", device="cpu")
+    kw = dict(data_dir=FIXTURE, mode="fasttest", batch_size=8, verbose=False)
+    alone = evaluate(enc, tasks="TREC,STS12", **kw)
+    together = evaluate(enc, tasks="all", **kw)
+    cached = evaluate(enc, tasks="transfer,STS12", cache_dir=tmp_path, **kw)
+    evaluate(enc, tasks="MR", cache_dir=tmp_path / "other", **kw)
+    after_others = evaluate(enc, tasks="TREC,STS12", cache_dir=tmp_path, **kw)
+    for res in (together, cached, after_others):
+        assert res["transfer"]["TREC"] == alone["transfer"]["TREC"]
+        assert res["sts"]["STS12"] == alone["sts"]["STS12"]
+    # the premise: encoded among other sentences, the same sentences do get other float bits
+    trec = [s for split in load_trec(FIXTURE).values() for s in split.sentences]
+    mixed = enc.encode(load_binary(FIXTURE, "MR").sentences + trec, batch_size=8)[-len(trec):]
+    assert not np.array_equal(mixed, enc.encode(trec, batch_size=8))
 
 
 def test_transfer_test_mode_and_torch_classifier(monkeypatch):
     from mixcse.evaluation.classifiers import SklearnLR
 
     monkeypatch.setattr(SklearnLR, "grid_inner", property(lambda self: [1.0]))  # 100 fits instead of 600
-    res = evaluate(hashed, tasks="MR", data_dir=FIXTURE, mode="test", verbose=False)
+    res = evaluate(hashed, tasks="MR", data_dir=FIXTURE, mode="test", classifier="sklearn", verbose=False)
     assert len(res["transfer"]["MR"]["fold_acc"]) == 10 and res["settings"]["kfold"] == 10
+    assert res["settings"]["classifier"]["classifier"] == "sklearn-converged"  # the canonical name is recorded
     res = evaluate(hashed, tasks="SST2,MRPC", data_dir=FIXTURE, mode="fasttest", classifier="torch", verbose=False)
-    assert res["settings"]["classifier"]["classifier"] == "torch"
+    assert res["settings"]["classifier"]["classifier"] == "senteval-pytorch"
     assert 0 <= res["transfer"]["SST2"]["acc"] <= 100 and "f1" in res["transfer"]["MRPC"]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import MixCSEError
 from ..fileio import atomic_write_json, unwritable_reason
 from ..jsonfiles import to_jsonable
+from .classifiers import CLASSIFIER_ALIASES, CLASSIFIERS, DEFAULT_CLASSIFIER
 from .data import default_data_dir
 from .runner import evaluate, expand_tasks, format_tables
 
@@ -38,8 +39,11 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--mode", choices=("test", "fasttest"), default="test",
                         help="test: 10-fold CV, full grids (the published protocol); fasttest: 5 folds, smaller grids")
     parser.add_argument("--pooler", default=None, help="pooler for a plain HF model (e.g. cls, cls_before_pooler, avg)")
-    parser.add_argument("--classifier", choices=("sklearn", "torch"), default="sklearn",
-                        help="transfer probe: scikit-learn LogisticRegression or SentEval's PyTorch one (SimCSE's)")
+    parser.add_argument("--classifier", choices=list(CLASSIFIERS) + list(CLASSIFIER_ALIASES),
+                        default=DEFAULT_CLASSIFIER,
+                        help="transfer probe: senteval-pytorch (default; alias torch): SentEval's PyTorch logistic "
+                             "regression, the protocol of the SimCSE/MixCSE papers; sklearn-converged (alias "
+                             "sklearn): scikit-learn LogisticRegression solved to convergence on SentEval's C grids")
     parser.add_argument("--data-dir", default=None,
                         help="SentEval data (the downstream/ folder or its parent); default $MIXCSE_DATA, then ./data, "
                              "then ../shared/data/downstream (the first that exists)")

@@ -1,20 +1,23 @@
-"""Turning sentences into embeddings: one call per distinct sentence, optionally cached on disk.
+"""Turning sentences into embeddings, optionally cached on disk.
 
-SentEval encodes every task's batches as they come, so a sentence shared by several tasks (or by both sides of
-several pairs) is encoded many times. Here the runner gathers all sentences first and encodes each distinct
-one once; the cache makes a second evaluation of the same weights free.
+SentEval encodes every task's batches as they come, so a sentence shared by both sides of several pairs is
+encoded many times. `encode_units` (what `evaluate` uses) encodes each task's distinct sentences once, in that
+task's own length-sorted batches, so that a task's score does not depend on what else is evaluated;
+`encode_unique` encodes each distinct sentence of any stream once. The caches make a second evaluation of the
+same weights free.
 """
 from __future__ import annotations
 
 import hashlib
 import inspect
 import os
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
+
+from mixcse.fileio import atomic_path
 
 from mixcse.progress import Progress
 
@@ -144,14 +147,8 @@ class EmbeddingCache:
         if not fp_file.exists():
             fp_file.write_text(self.fingerprint + "\n", encoding="utf-8")
         keys = np.frombuffer(b"".join(_key(s) for s in sentences), dtype=np.uint8).reshape(-1, 16)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=self.dir)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, keys=keys, emb=np.asarray(emb, dtype=np.float32))
-            os.replace(tmp, self.dir / f"shard-{uuid.uuid4().hex}.npz")
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_path(self.dir / f"shard-{uuid.uuid4().hex}.npz") as tmp, open(tmp, "wb") as fh:
+            np.savez(fh, keys=keys, emb=np.asarray(emb, dtype=np.float32))
         self._index = None  # reload lazily next time
 
 
@@ -185,6 +182,63 @@ def encode_unique(encoder: Encoder, sentences: Iterable[str], *, batch_size: int
         cached[missing] = fresh
     stats.update(cache_hits=len(unique) - len(missing), encoded=len(missing))
     return index, cached, stats
+
+
+def _unit_key(sentences: list[str], batch_size: int) -> str:
+    h = hashlib.sha256(f"batch_size={batch_size}\0".encode())
+    for s in sentences:
+        h.update(_key(s))
+    return h.hexdigest()[:24]
+
+
+def encode_units(encoder: Encoder, units: dict[str, list[str]], *, batch_size: int = 64,
+                 cache_dir: str | os.PathLike | None = None, show_progress: bool = False) -> tuple[dict[str, tuple[dict[str, int], np.ndarray]],
+                                                                      dict]:
+    """Embed each unit (one task's sentences) on its own. Returns ({unit: (sentence -> row, matrix)}, stats).
+
+    A sentence's embedding moves in the last float bits with its batch-mates (padding length, kernel shapes), and a
+    probe can turn those bits into a different choice of L2 and a different test score. So each unit's distinct
+    sentences are encoded in their own length-sorted batches, and a task's embeddings depend only on the model,
+    the task's sentences and `batch_size` -- never on which other tasks are evaluated with it, nor on what a cache
+    already held. Cached per (fingerprint, batch_size, unit's sentence list), whole units only."""
+    out: dict[str, tuple[dict[str, int], np.ndarray]] = {}
+    fp = encoder_fingerprint(encoder)
+    folder = (Path(cache_dir) / hashlib.sha256(fp.encode("utf-8")).hexdigest()[:20]) if (cache_dir and fp) else None
+    stats = {"units": len(units), "distinct_sentences": len({s for ss in units.values() for s in ss}),
+             "encoded": 0, "cache_hits": 0, "batching": "each task's distinct sentences in their own length-sorted "
+                                                        f"batches of {batch_size}"}
+    for name, sentences in units.items():
+        unique = list(dict.fromkeys(sentences))
+        path = None if folder is None else folder / f"unit-{_unit_key(unique, batch_size)}.npy"
+        emb = _read_unit(path, len(unique))
+        if emb is None:
+            emb = encode_raw(encoder, unique, batch_size, show_progress=show_progress)
+            stats["encoded"] += len(unique)
+            if path is not None:
+                _write_unit(path, emb, fp)
+        else:
+            stats["cache_hits"] += len(unique)
+        out[name] = ({s: i for i, s in enumerate(unique)}, emb)
+    return out, stats
+
+
+def _read_unit(path: Path | None, n: int) -> np.ndarray | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        emb = np.load(path)
+    except Exception:  # an unreadable entry is only a cache miss
+        return None
+    return emb if emb.ndim == 2 and emb.shape[0] == n and emb.dtype == np.float32 else None
+
+
+def _write_unit(path: Path, emb: np.ndarray, fingerprint: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fp_file = path.parent / "fingerprint.txt"
+    if not fp_file.exists():
+        fp_file.write_text(fingerprint + "\n", encoding="utf-8")
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, np.asarray(emb, dtype=np.float32))
 
 
 def gather(index: dict[str, int], emb: np.ndarray, sentences: list[str]) -> np.ndarray:

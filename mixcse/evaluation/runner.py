@@ -1,7 +1,8 @@
-"""`evaluate()`: load every requested task, encode all distinct sentences once, then score.
+"""`evaluate()`: load every requested task, encode each task's distinct sentences once, then score.
 
 Encoding dominates SentEval's wall time for STS (each pair list is encoded as it comes, duplicates and all);
-here it is one deduplicated pass, so the STS suite costs little more than encoding ~20k distinct sentences.
+here each task is one deduplicated pass, so the STS suite costs little more than encoding ~20k distinct
+sentences. Tasks are encoded separately so that a task's numbers are the same whatever else is evaluated.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from . import sts as S
 from . import transfer as T
 from ..tables import label as task_label
 from ..tables import markdown_table, number
-from .classifiers import SEED, make_classifier
-from .encoding import describe_encoder, encode_raw, encode_unique, encoder_fingerprint, gather, resolve_encoder
+from .classifiers import DEFAULT_CLASSIFIER, SEED, make_classifier
+from .encoding import describe_encoder, encode_raw, encode_units, encoder_fingerprint, gather, resolve_encoder
 
 GROUPS = {"sts": D.STS_TASKS, "transfer": D.TRANSFER_TASKS, "analysis": ("analysis",)}
 ALL_TASKS = D.STS_TASKS + D.TRANSFER_TASKS + ("analysis",)
@@ -95,12 +96,12 @@ def _versions() -> dict:
 class _Embeddings:
     """The embeddings of one task's sentences, picklable, for a probe running in a worker process."""
 
-    def __init__(self, sentences: list[str], matrix: np.ndarray):
-        self.row = {s: i for i, s in enumerate(sentences)}
+    def __init__(self, row: dict[str, int], matrix: np.ndarray):
+        self.row = row
         self.matrix = matrix
 
     def __call__(self, sentences: list[str]) -> np.ndarray:
-        return self.matrix[np.fromiter((self.row[s] for s in sentences), dtype=np.int64, count=len(sentences))]
+        return gather(self.row, self.matrix, sentences)
 
 
 def _run_transfer(task: str, loaded, embed, clf, kfold: int) -> tuple[dict, float]:
@@ -109,13 +110,15 @@ def _run_transfer(task: str, loaded, embed, clf, kfold: int) -> tuple[dict, floa
 
 
 def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "analysis"), data_dir=None,
-             mode: str = "test", classifier: str = "sklearn", cache_dir=None, batch_size: int = 64, *,
+             mode: str = "test", classifier: str = DEFAULT_CLASSIFIER, cache_dir=None, batch_size: int = 64, *,
              pooler: str | None = None, verbose: bool = True, workers: int = 1, retrieval_data=None,
              retrieval_split: str = "test", max_seq_length: int | None = None) -> dict:
     """Run the SentEval protocol (see the package docstring) and return the results dict (x100 scale).
 
     `encoder`: an object with `.encode(list[str], batch_size=...)`, a callable `list[str] -> array`, or a
-    model path (loaded with `SentenceEncoder.load(path, pooler=pooler)`). `workers > 1` runs the transfer probes
+    model path (loaded with `SentenceEncoder.load(path, pooler=pooler)`). `classifier`: the transfer probe,
+    "senteval-pytorch" (SentEval's PyTorch probe, the papers' protocol) or "sklearn-converged" (see
+    `classifiers`). `workers > 1` runs the transfer probes
     (single-threaded, ~90% of a full evaluation's CPU time) in that many processes; each task is computed exactly
     as in one process, so the results are the same. The "retrieval" task reads the BEIR folder `retrieval_data`
     (split `retrieval_split`) and encodes its documents at `max_seq_length` (None: the encoder's own)."""
@@ -142,15 +145,16 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
     seconds["load_data"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    index, emb, enc_stats = encode_unique(encoder, (s for t in senteval for s in _sentences(t, loaded[t])),
-                                          batch_size=batch_size, cache_dir=cache_dir, show_progress=verbose)
+    units, enc_stats = encode_units(encoder, {t: _sentences(t, loaded[t]) for t in senteval},
+                                    batch_size=batch_size, cache_dir=cache_dir, show_progress=verbose)
     seconds["encode"] = time.perf_counter() - t0
     if senteval:
-        log(f"encoded {enc_stats['encoded']} of {enc_stats['distinct_sentences']} distinct sentences "
-            f"({enc_stats['cache_hits']} from cache) in {seconds['encode']:.1f} s")
+        log(f"encoded {enc_stats['encoded']} sentences, {enc_stats['cache_hits']} from cache, task by task "
+            f"({enc_stats['distinct_sentences']} distinct) in {seconds['encode']:.1f} s")
 
-    def embed(sentences: list[str]) -> np.ndarray:
-        return gather(index, emb, sentences)
+    def embedder(task: str) -> _Embeddings:
+        index, emb = units[task]
+        return _Embeddings(index, emb)
 
     results: dict[str, Any] = {}
     kfold = KFOLD[mode]
@@ -164,21 +168,20 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
         pool = ProcessPoolExecutor(max_workers=min(workers, len(transfer)),
                                    mp_context=multiprocessing.get_context("spawn"))
         # the inner-CV tasks (10 x 10 folds x the C grid) first, the larger first: they take most of the time
-        task_sentences = {t: list(dict.fromkeys(_sentences(t, loaded[t]))) for t in transfer}
-        for task in sorted(transfer, key=lambda t: (t not in T.INNER_CV_TASKS, -len(task_sentences[t]))):
-            sents = task_sentences[task]
-            futures[task] = (time.perf_counter(), pool.submit(_run_transfer, task, loaded[task],
-                                                              _Embeddings(sents, embed(sents)), clf, kfold))
+        for task in sorted(transfer, key=lambda t: (t not in T.INNER_CV_TASKS, -len(units[t][1]))):
+            futures[task] = (time.perf_counter(), pool.submit(_run_transfer, task, loaded[task], embedder(task),
+                                                              clf, kfold))
     try:
         for task in names:
             t0, c0 = time.perf_counter(), time.process_time()
             if task in D.STS_SUBSETS:
-                results.setdefault("sts", {})[task] = S.score_sts_task(loaded[task], embed)
+                results.setdefault("sts", {})[task] = S.score_sts_task(loaded[task], embedder(task))
             elif task in ("STSBenchmark", "SICKRelatedness"):
                 ps = loaded[task]
+                embed = embedder(task)
                 results.setdefault("sts", {})[task] = S.score_pairs(embed(ps.a), embed(ps.b), ps.scores)
             elif task == "analysis":
-                results["analysis"] = A.analyse(loaded[task], embed)
+                results["analysis"] = A.analyse(loaded[task], embedder(task))
             elif task == RETRIEVAL:
                 results[RETRIEVAL] = R.evaluate_retrieval(encoder, loaded[task], batch_size=batch_size,
                                                           max_seq_length=max_seq_length, cache_dir=cache_dir)
@@ -189,7 +192,8 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
                 log(f"{task}: {seconds[task]:.2f} s (worker process)")
                 continue
             else:
-                results.setdefault("transfer", {})[task] = T.run_task(task, loaded[task], embed, clf, kfold, SEED)
+                results.setdefault("transfer", {})[task] = T.run_task(task, loaded[task], embedder(task), clf, kfold,
+                                                                      SEED)
             seconds[task] = time.perf_counter() - t0
             cpu[task] = time.process_time() - c0
             log(f"{task}: {seconds[task]:.2f} s")
