@@ -39,13 +39,12 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Iterator
 
 from .errors import DataError
-from .reader import iter_lines
+from .reader import iter_json_records, iter_lines
 
 SEGMENTS = ("line", "sentence", "passage")
 DOCUMENT_MIN_WORDS = 4
@@ -81,16 +80,8 @@ def _missing(where: str, column: str, found) -> DataError:
 def _iter_jsonl(path: Path, text_column: str | None) -> Iterator[tuple[str, str]]:
     """(title, text) per record."""
     column = text_column or "text"
-    for lineno, line in iter_lines(path, what="training"):
-        if not line:
-            continue
+    for lineno, record in iter_json_records(path, what="training"):
         where = f"{path}:{lineno}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: invalid JSON ({exc.msg}, column {exc.colno})") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
         if column not in record:
             raise _missing(where, column, record)
         title = _field(record, "title", where) if text_column is None and "title" in record else ""

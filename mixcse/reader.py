@@ -6,6 +6,9 @@ Interface:
         included (as ""). ``strip=False`` keeps each line's whitespace and newline (what ``csv`` needs).
     read_nonblank(path, *, what="input") -> tuple[list[str], int]
         (the non-blank stripped lines, the number of blank lines skipped); row i is the i-th non-blank line.
+    iter_json_records(path, *, what="input") -> Iterator[tuple[int, dict]]
+        (line number, object) for every non-blank line of a JSON-lines file; ``PATH:LINE: invalid JSON (...)`` or
+        ``PATH:LINE: expected a JSON object, got list`` otherwise.
 
 Every failure is a ``DataError`` with one line of text: ``{what} file not found: PATH``; ``PATH:LINE: not a text
 file (NUL byte)`` (checked on the raw bytes, before decoding); ``PATH:LINE: not UTF-8 text`` (strict decoding: a
@@ -17,6 +20,7 @@ what it used.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import zlib
 from pathlib import Path
@@ -42,6 +46,19 @@ def iter_lines(path: str | os.PathLike, *, what: str = "input", strip: bool = Tr
                 yield lineno, line.strip() if strip else line
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError; EOFError: a truncated stream
         raise DataError(f"cannot read {what} file {path}: {exc}") from None
+
+
+def iter_json_records(path: str | os.PathLike, *, what: str = "input") -> Iterator[tuple[int, dict]]:
+    for lineno, line in iter_lines(path, what=what):
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg}, column {exc.colno})") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
+        yield lineno, record
 
 
 def read_nonblank(path: str | os.PathLike, *, what: str = "input") -> tuple[list[str], int]:

@@ -191,7 +191,7 @@ def test_bad_files_name_file_and_line(tmp_path):
     assert re.search(r"test\.tsv:2: query-id 'q9' is not in queries\.jsonl", _error(tmp_path, qrels=[("q9", "d1", 1)]))
     bad_byte = tmp_path / "bad" / "corpus.jsonl"
     bad_byte.write_bytes(b'{"_id": "a", "text": "x"}\n{"_id": "b", "text": "\xff"}\n')
-    with pytest.raises(DataError, match=r"corpus\.jsonl:2: not valid utf-8"):
+    with pytest.raises(DataError, match=r"corpus\.jsonl:2: not UTF-8 text"):
         load_beir(tmp_path / "bad")
     assert re.search(r"dev\.tsv: no qrels for split 'dev' \(available: test, train\)", _error(tmp_path, split="dev"))
 

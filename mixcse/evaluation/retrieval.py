@@ -30,7 +30,6 @@ encoded 50,000 per call for the same reason.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from mixcse.errors import DataError, MixCSEError
+from mixcse.reader import iter_json_records
 from mixcse.search import top_k_cosine
 
 from .encoding import encode_raw, encode_unique, encoder_fingerprint
@@ -76,21 +76,7 @@ class BeirData:
 def _jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     if not path.is_file():
         raise DataError(f"{path}: file not found (a BEIR folder has corpus.jsonl, queries.jsonl, qrels/)")
-    with open(path, "rb") as fh:  # bytes, so that a bad byte is reported on its own line
-        for lineno, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise DataError(f"{path}:{lineno}: not valid utf-8 text") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object")
-            yield lineno, obj
+    return iter_json_records(path, what="BEIR")
 
 
 def _field(obj: dict, key: str, path: Path, lineno: int, *, required: bool = True) -> str:
@@ -126,7 +112,7 @@ def _read_qrels(path: Path) -> list[tuple[int, str, str, int]]:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         bad = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise DataError(f"{path}:{bad}: not valid utf-8 text") from None
+        raise DataError(f"{path}:{bad}: not UTF-8 text") from None
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
