@@ -63,6 +63,8 @@ import yaml
 import common  # noqa: F401  (paths, sys.path, offline env)
 from common import CORPUS, DOWNSTREAM, REPO, RESULTS, STAND_IN, backbone_path, machine_info, minilm_path
 
+from mixcse.fileio import atomic_write_text
+
 import claims_report
 
 RESULTS_JSON = RESULTS / "paper_claims.json"
@@ -187,11 +189,8 @@ def save_results(update) -> dict:
     data["settings"] = {"backbones": {bb: {**{k: v for k, v in cfg.items()}, **COMMON} for bb, cfg in BACKBONES.items()},
                         "corpus": str(CORPUS.relative_to(REPO.parent)), "data_dir": str(DOWNSTREAM.relative_to(REPO.parent)),
                         "evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysis, classifier=sklearn-converged)",
-                        "selection": "STS-B dev Spearman (trainer's DevEvaluator)"}
-    RESULTS_JSON.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS_JSON.with_name(RESULTS_JSON.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
-    os.replace(tmp, RESULTS_JSON)
+                        "selection": "STS-B dev Spearman (the trainer's stsb_dev selector)"}
+    atomic_write_text(RESULTS_JSON, json.dumps(data, indent=1, allow_nan=False) + "\n")
     return data
 
 

@@ -13,7 +13,6 @@ checkpoint yet (a run stopped before its first save) starts from step 0, with a 
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import sys
@@ -24,6 +23,7 @@ import torch
 import yaml
 
 from .errors import MixCSEError
+from .fileio import atomic_path
 
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "state.pt"
@@ -97,11 +97,8 @@ class MetricsLog:
 
 
 def save_checkpoint(path: Path, payload: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
 
 
 def load_checkpoint(path: Path, device) -> dict:
