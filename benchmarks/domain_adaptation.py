@@ -214,10 +214,12 @@ def plot(runs: list[dict], path: Path) -> None:
     for ax, backbone in zip(axes[0], backbones):
         for i, r in enumerate(sorted((r for r in runs if r["backbone"] == backbone), key=lambda r: r["preset"])):
             steps, scores = zip(*r["dev"]["curve"])
+            taus = sorted({x["temperature"] for x in runs})
             ax.plot(steps, scores, color=f"C{sorted({x['preset'] for x in runs}).index(r['preset'])}", alpha=0.8,
+                    linestyle=("-", "--", ":", "-.")[taus.index(r["temperature"]) % 4],
                     label=f"{r['preset']} {r['segment']} τ={r['temperature']:g} seed {r['seed']}")
             ax.scatter([r["selected_step"]], [r["dev"]["selected"]], color="k", s=12, zorder=3)
-        ax.set_title(f"{backbone}: selection nDCG@10 (train claims) over steps")
+        ax.set_title(f"{backbone}: selection nDCG@10 (train claims, sub-corpus) over steps; dot = kept")
         ax.set_xlabel("step")
         ax.set_ylabel("nDCG@10 x100")
         ax.legend(fontsize=7)
