@@ -150,3 +150,51 @@ def test_select_on_pairs_without_data_is_an_error(tiny_bert, synthetic_data, tmp
     with pytest.raises(mixcse.MixCSEError, match="needs select_data"):
         mixcse.train(tiny(tiny_bert, synthetic_data, tmp_path / "run", select_on="pairs"))
     assert not (tmp_path / "run").exists()
+
+
+def write_tiny_beir(root, rng_seed=0):
+    """A BEIR folder over the synthetic topic words: each document is about two topics, each query names a word of
+    its relevant document's topics; train and test qrels."""
+    import random
+
+    from conftest import TOPICS
+
+    rng = random.Random(rng_seed)
+    root.mkdir(parents=True, exist_ok=True)
+    docs = [(f"d{i}", rng.sample(range(8), 2)) for i in range(40)]
+    with open(root / "corpus.jsonl", "w") as fh:
+        for did, topics in docs:
+            words = [rng.choice(TOPICS[t]) for t in topics for _ in range(4)]
+            fh.write(json.dumps({"_id": did, "title": "", "text": " ".join(words)}) + "\n")
+    (root / "qrels").mkdir(exist_ok=True)
+    with open(root / "queries.jsonl", "w") as fq:
+        for split, span in (("train", range(0, 20)), ("test", range(20, 30))):
+            rows = ["query-id\tcorpus-id\tscore"]
+            for i in span:
+                did, topics = docs[i]
+                fq.write(json.dumps({"_id": f"q{i}", "text": " ".join(rng.choice(TOPICS[t]) for t in topics)}) + "\n")
+                rows.append(f"q{i}\t{did}\t1")
+            (root / "qrels" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def test_retrieval_selection_in_training(tiny_bert, synthetic_data, tmp_path):
+    beir = write_tiny_beir(tmp_path / "beir")
+    result = mixcse.train(tiny(tiny_bert, synthetic_data, tmp_path / "run", select_on="retrieval",
+                               select_data=str(beir), select_docs=5))
+    assert result.select_metric == "train_ndcg@10" and 0 <= result.best_dev <= 100
+    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if "train_ndcg@10" in r]
+    assert [r["step"] for r in evals] == [0, 2, 4]
+    assert all("recall@100" in r and r["n_queries"] == 20 for r in evals)  # the train split's 20 queries
+    assert result.best_dev == max(r["train_ndcg@10"] for r in evals)
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    assert "train (20 queries, 25 of 40 documents" in summary["selection"]  # 20 relevant + 5 distractors
+
+
+def test_retrieval_selection_refuses_the_test_split(tmp_path):
+    from mixcse.evaluation.selection import build_selector
+
+    beir = write_tiny_beir(tmp_path / "beir")
+    with pytest.raises(mixcse.MixCSEError, match="test split is refused"):
+        build_selector("retrieval", data_dir=None, select_data=str(beir), select_split="test", batch_size=8)
