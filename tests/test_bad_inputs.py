@@ -38,6 +38,18 @@ CASES = [
     ("train {recipe} warmup_ratio=nan", "'warmup_ratio' must be a finite number"),
     ("train {recipe} weight_decay=-0.1", "'weight_decay' must be >= 0"),
     ("train {recipe} max_grad_norm=.inf", "'max_grad_norm' must be a finite number"),
+    # --- mixcse train: documents in and checkpoint selection (docs/domain-adaptation.md)
+    ("train {recipe} train_file={tmp}/bad.jsonl", "bad.jsonl:2: invalid JSON"),
+    ("train {recipe} train_file={tmp}/bad.jsonl text_column=body", "no column 'body'"),
+    ("train {recipe} segment=paragraph", "segment"),
+    ("train {recipe} select_on=retrieval", "needs select_data"),
+    ("train {recipe} select_on=retrieval select_data={tmp}/nowhere", "select_data not found"),
+    ("train {recipe} select_on=retrieval select_data={tmp} select_split=test", "select_split test is refused"),
+    ("train {recipe} select_on=pairs select_data={tmp}/empty.txt", "no pairs"),
+    ("train {recipe} select_on=bleu", "select_on must be one of"),
+    ("train {recipe} data_dir={tmp}/nowhere", "no STS-B dev file"),
+    ("train {recipe} report_to=mlflow", "report_to must be"),
+    ("train {recipe} --resume", "no checkpoint"),
     ("train {recipe} batch_size=-4", "'batch_size' must be >= 1"),
     ("train {recipe} max_steps=0", "'max_steps' must be >= 1"),
     ("train {recipe} loss=nope", "loss must be one of"),
@@ -57,6 +69,9 @@ CASES = [
     ("eval {tmp}/not-a-model --tasks STSBenchmark", "no config.json; no tokenizer files"),
     ("eval {tmp}/missing-model --tasks STSBenchmark", "model path does not exist"),
     ("eval {model} --tasks nope", "unknown task 'nope'"),
+    ("eval {model} --tasks retrieval", "--tasks retrieval needs --retrieval-data"),
+    ("eval {model} --tasks retrieval --retrieval-data {tmp}", "no qrels for split 'test'"),
+    ("eval {model} --tasks retrieval --retrieval-data {tmp}/nowhere", "not found"),
     ("eval {model} --tasks ,", "no tasks given"),
     ("eval {model} --batch-size -1", "--batch-size must be at least 1"),
     ("eval {model} --batch-size abc", "invalid int value: 'abc'"),
@@ -108,6 +123,7 @@ def bad_files(tmp_path_factory) -> Path:
     (tmp / "broken.yaml").write_text("model: x\n  bad: [\n")
     (tmp / "binary.yaml").write_bytes(b"\xff\xfe\x00model")
     (tmp / "empty.txt").write_text("")
+    (tmp / "bad.jsonl").write_text('{"_id": "1", "text": "a fine document here"}\n{"_id": "2", "text": \n')
     (tmp / "not-a-model").mkdir()
     (tmp / "not-a-model" / "notes.json").write_text("{}")
     (tmp / "full").mkdir()
