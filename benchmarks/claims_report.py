@@ -274,11 +274,11 @@ def verdicts(data: dict, backbone: str) -> list[str]:
     s_sim = mean_std([sts_avg(r) for r in sim.values()])
     if s_mix[1] is not None and s_sim[1] is not None:
         ok = s_mix[1] < s_sim[1]
+        ratio = f"{s_mix[1] / s_sim[1]:.2f}" if s_sim[1] > 0 else "n/a"  # a spread of 0 has no ratio
         lines.append(f"2. *Lower variance across seeds.* {_held(ok)}: std of STS avg over seeds MixCSE "
                      f"{s_mix[1]:.2f} (n={s_mix[2]}) vs SimCSE {s_sim[1]:.2f} (n={s_sim[2]}) "
-                     f"(ratio {s_mix[1] / s_sim[1]:.2f} if s_sim[1] > 0 else 'n/a'); with so few seeds a std is "
-                     f"itself very uncertain, so this is weak evidence either way.".replace(
-                         " if s_sim[1] > 0 else 'n/a'", ""))
+                     f"(ratio {ratio}); with so few seeds a std is itself very uncertain, so this is weak evidence "
+                     f"either way.")
     else:
         lines.append("2. *Lower variance across seeds.* n/a (needs ≥ 2 seeds of each)")
 

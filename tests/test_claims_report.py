@@ -160,3 +160,12 @@ def test_probe_files_are_rendered_into_the_report(tmp_path):
     text = claims_report.report(results / "paper_claims.json", docs, figures=False, quiet=True)
     assert claims_report.PROBES_HEADING in text and "- MixCSE − SimCSE: STS avg +0.35 ± 0.07 (n=2" in text
     assert claims_report.PROBES_HEADING in (docs / "results.md").read_text()
+
+
+def test_variance_verdict_with_a_zero_spread_has_no_ratio():
+    data = synthetic_results()
+    for r in data["runs"]:
+        if r["preset"] == "simcse":
+            r["sts"]["avg"] = 79.0  # every SimCSE seed equal: a spread of 0
+    lines = "\n".join(claims_report.verdicts(data, "minilm"))
+    assert "(ratio n/a)" in lines and "SimCSE 0.00 (n=3)" in lines
