@@ -3,7 +3,7 @@
     prepare_output_dir(out, config, overwrite=, resume=) -> bool   whether to resume from out/checkpoint
     clear_owned_outputs(out)                                       what --overwrite removes (mixcse's files only)
     MetricsLog(path).append(record) / .truncate_after(step)         metrics.jsonl, one JSON object per line
-    save_checkpoint(path, payload) / load_checkpoint(path, device)   written atomically (temp file + rename)
+    save_checkpoint(path, payload) / load_checkpoint(path)           written atomically (temp file + rename)
     rng_state() / set_rng_state(state)                             python, numpy, torch (+ CUDA) generators
 
 Policy: a non-empty directory is never written into unless ``--overwrite`` (which replaces only the outputs named
@@ -28,7 +28,7 @@ from .fileio import atomic_path
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "state.pt"
 BEST_DIR = "best"
-OWNED_OUTPUTS = (CHECKPOINT_DIR, BEST_DIR, "metrics.jsonl", "config.yaml", "summary.json", "README.md",
+OWNED_OUTPUTS = (CHECKPOINT_DIR, BEST_DIR, "metrics.jsonl", "config.yaml", "summary.json",
                  "runs", "wandb")  # runs/, wandb/: the experiment trackers' files (mixcse/tracking.py)
 
 
@@ -86,8 +86,14 @@ class MetricsLog:
         """Drop what a killed run logged after its last checkpoint: the resumed run logs those steps again."""
         if not self.enabled or not self.path.exists():
             return
-        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line cut off by the kill: the resumed run logs its step again
+                continue
+            if record.get("step", 0) <= step:
+                kept.append(line)
         self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
     def records(self) -> list[dict]:
@@ -101,8 +107,10 @@ def save_checkpoint(path: Path, payload: dict) -> None:
         torch.save(payload, tmp)
 
 
-def load_checkpoint(path: Path, device) -> dict:
-    return torch.load(path, map_location=device, weights_only=False)
+def load_checkpoint(path: Path) -> dict:
+    """On the CPU: RNG states must stay CPU byte tensors; load_state_dict moves weights and optimiser state to
+    their parameters' device."""
+    return torch.load(path, map_location="cpu", weights_only=False)
 
 
 def rng_state() -> dict:

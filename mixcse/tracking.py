@@ -9,7 +9,7 @@ numbers as ``train/<name>``, an evaluation record as ``eval/<name>``; the resolv
 run's hyper-parameters. TensorBoard writes to ``output_dir/runs/`` (``tensorboard --logdir output_dir/runs``);
 W&B to ``output_dir/wandb/`` in project ``$WANDB_PROJECT`` (default "mixcse"); ``WANDB_MODE=offline`` needs no
 network (``wandb sync`` uploads later). A resumed run continues the same W&B run and drops TensorBoard events
-logged after the checkpoint. Both libraries are optional extras: ``pip install 'mixcse[tensorboard]'`` /
+logged after the checkpoint's step. Both libraries are optional extras: ``pip install 'mixcse[tensorboard]'`` /
 ``'mixcse[wandb]'``.
 """
 from __future__ import annotations
@@ -64,7 +64,7 @@ class _TensorBoard:
             from torch.utils.tensorboard.summary import hparams
         except ImportError:
             raise ConfigError("report_to tensorboard needs tensorboard: pip install 'mixcse[tensorboard]'") from None
-        self.writer = SummaryWriter(str(out / TENSORBOARD_DIR), purge_step=start_step or None)
+        self.writer = SummaryWriter(str(out / TENSORBOARD_DIR), purge_step=start_step + 1 if start_step else None)
         if not start_step:
             for summary in hparams(flat_config(resolved), {}):
                 self.writer.file_writer.add_summary(summary)

@@ -172,14 +172,18 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
                 "selection": selector.description if selector else None,
                 "inference_max_seq_length": inference_length}
     if resume:
-        ckpt = load_checkpoint(checkpoint_path(out), ctx.device)
+        ckpt = load_checkpoint(checkpoint_path(out))
         encoder.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         if scaler is not None and ckpt.get("scaler"):
             scaler.load_state_dict(ckpt["scaler"])
         state.update(ckpt["state"])
-        set_rng_state(ckpt["rng"][ctx.rank] if isinstance(ckpt["rng"], list) else ckpt["rng"])
+        rngs = ckpt["rng"] if isinstance(ckpt["rng"], list) else [ckpt["rng"]]
+        if len(rngs) != ctx.world_size:  # another split of the global batch: not the run that was checkpointed
+            raise ConfigError(f"--resume: the checkpoint was written by {len(rngs)} process(es), this run has "
+                              f"{ctx.world_size}; resume with the same number of processes")
+        set_rng_state(rngs[ctx.rank])
     metrics = MetricsLog(out / "metrics.jsonl", enabled=ctx.is_main)
     if ctx.is_main:
         print("mixcse train " + json.dumps(resolved, default=str), flush=True)
@@ -244,7 +248,8 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
 
     local = slice(ctx.rank * cfg.batch_size // ctx.world_size, (ctx.rank + 1) * cfg.batch_size // ctx.world_size)
     window_start, window_sentences = time.perf_counter(), 0
-    stop = False
+    patience = cfg.early_stopping_patience
+    stop = selector is not None and patience is not None and state["step"] > 0 and state["bad_evals"] >= patience
     train_step = make_step(cfg, ctx, model, optimizer, objective, scaler, precision=precision)
     while state["step"] < total_steps and not stop:
         step = state["step"]
@@ -275,8 +280,8 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
             bar.update(1)
         if selector is not None and (step % cfg.eval_steps == 0 or step == total_steps):
             stop = select(step)
-        if step % save_steps == 0 or step == total_steps or stop:
-            save()
+        if step % save_steps == 0 or step == total_steps or stop or state["best_step"] == step:
+            save()  # also when best/ changed, so that a resumed run's record always matches best/
     bar.close()
     trackers.close()
 

@@ -198,3 +198,44 @@ def test_retrieval_selection_refuses_the_test_split(tmp_path):
     beir = write_tiny_beir(tmp_path / "beir")
     with pytest.raises(mixcse.MixCSEError, match="test split is refused"):
         build_selector("retrieval", data_dir=None, select_data=str(beir), select_split="test", batch_size=8)
+
+
+def test_resume_of_an_early_stopped_run_does_not_train_on(tiny_bert, synthetic_data, tmp_path, monkeypatch):
+    scores = iter([50.0, 40.0])  # start, step 2 (worse): patience 1 stops at step 2; no further call is allowed
+    monkeypatch.setattr(StsbDevSelector, "__call__", lambda self, encoder: Selection(next(scores)))
+    cfg = tiny(tiny_bert, synthetic_data, tmp_path / "run", max_steps=8, early_stopping_patience=1)
+    assert mixcse.train(cfg).steps == 2
+    before = (tmp_path / "run/metrics.jsonl").read_text()
+    assert mixcse.train(cfg, resume=True).steps == 2  # stays stopped: the selector is not called again
+    assert (tmp_path / "run/metrics.jsonl").read_text() == before
+
+
+def test_resume_survives_a_cut_off_metrics_line_and_refuses_another_world_size(tiny_bert, synthetic_data, tmp_path):
+    import torch
+
+    cfg = tiny(tiny_bert, synthetic_data, tmp_path / "run", select_on="none")
+    mixcse.train(cfg)
+    metrics = tmp_path / "run/metrics.jsonl"
+    metrics.write_text(metrics.read_text() + '{"step": 5, "loss": 0.3')  # killed mid-write
+    assert mixcse.train(cfg, resume=True).steps == 4
+    assert all(json.loads(line) for line in metrics.read_text().splitlines())
+    state = torch.load(tmp_path / "run/checkpoint/state.pt", weights_only=False)
+    state["rng"] = state["rng"] * 2  # as if written by two processes
+    torch.save(state, tmp_path / "run/checkpoint/state.pt")
+    with pytest.raises(mixcse.MixCSEError, match="written by 2 process"):
+        mixcse.train(cfg, resume=True)
+
+
+def test_overwrite_replaces_only_mixcse_outputs(tiny_bert, synthetic_data, tmp_path):
+    cfg = tiny(tiny_bert, synthetic_data, tmp_path / "run", select_on="none")
+    mixcse.train(cfg)
+    (tmp_path / "run/README.md").write_text("my notes")  # the user's, not mixcse's (mixcse writes best/README.md)
+    mixcse.train(cfg, overwrite=True)
+    assert (tmp_path / "run/README.md").read_text() == "my notes" and (tmp_path / "run/best/README.md").exists()
+
+
+def test_tab_separated_pairs_keep_quotes_as_text(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text('"Quoted start of a sentence\tA cat\t4.0\n"Hi," she said\tHello\t3\n')
+    pairs = read_pairs(path)
+    assert pairs.a == ['"Quoted start of a sentence', '"Hi," she said'] and list(pairs.scores) == [4.0, 3.0]

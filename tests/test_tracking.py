@@ -56,3 +56,15 @@ def test_wandb_offline_run_is_written(tiny_bert, synthetic_data, tmp_path, monke
     content = log.read_bytes()
     for key in (b"train/loss", b"train/mix_cos", b"config.learning_rate"):
         assert key in content, key
+
+
+def test_a_resumed_run_keeps_the_checkpoint_steps_events(tiny_bert, synthetic_data, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = tiny(tiny_bert, synthetic_data, tmp_path / "run", report_to="tensorboard")
+    mixcse.train(cfg)
+    mixcse.train(cfg, resume=True)  # resumes at the final checkpoint (step 4): nothing after it to purge
+    events = EventAccumulator(str(tmp_path / "run/runs")).Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [2, 4]
+    assert [e.step for e in events.Scalars("eval/stsb_dev")] == [0, 2, 4]

@@ -136,7 +136,9 @@ def read_pairs(path: str | Path) -> D.PairSet:
     lines = [(n, text) for n, text in enumerate(D._lines_universal(path), 1) if text.strip()]
     if not lines:
         raise D.DataError(f"{path}: no pairs")
-    rows = [(n, row) for (n, _), row in zip(lines, csv.reader([t for _, t in lines], delimiter=delimiter))]
+    quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE  # a tab file: quotes are text
+    rows = [(n, row) for (n, _), row in zip(lines, csv.reader([t for _, t in lines], delimiter=delimiter,
+                                                               quoting=quoting))]
     header = [c.strip().lower() for c in rows[0][1]]
     columns = (0, 1, 2)
     if {"sentence1", "sentence2", "score"} <= set(header):
