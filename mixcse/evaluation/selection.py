@@ -32,11 +32,10 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from ..config import SELECT_ON  # one list of selectors, owned by the config
 from . import data as D
 from . import sts as S
 from .encoding import encode_raw
-
-from ..config import SELECT_ON  # noqa: E402  (one list, owned by the config)
 
 
 @dataclass
