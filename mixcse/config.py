@@ -19,6 +19,7 @@ from .model import POOLERS
 from .tracking import parse_report_to
 
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+CORPORA = ("memory", "memmap")
 SELECT_ON = ("stsb_dev", "retrieval", "pairs", "none")  # mixcse.evaluation.selection.SELECT_ON
 
 
@@ -42,13 +43,20 @@ class TrainConfig:
     trust_remote_code: bool = False
     # data
     max_sentences: int | None = None  # use only the first N segments of train_file
+    # memory: read and tokenise the text at start (what a run uses); memmap: tokenise the whole file once into
+    # memory-mapped shards cached on disk (mixcse/shards.py), so that RAM does not grow with the corpus
+    corpus: str = "memory"
+    corpus_cache_dir: str | None = None  # memmap: where the shards go (None: $MIXCSE_CACHE/corpus or ~/.cache/mixcse)
     # documents (.jsonl/.csv/.tsv/.parquet) vs plain lines: see docs/training-data.md; None = the format's default
     text_column: str | None = None  # default: "text", with "title" in front when there is one (BEIR)
     segment: str | None = None  # line | sentence | passage; None: line for plain text, sentence for documents
     min_words: int | None = None  # drop shorter segments; None: 4 for documents, no minimum for plain text
     dedupe: bool | None = None  # None: on for documents, off for plain text
     # optimisation (SimCSE's unsupervised BERT-base defaults)
-    batch_size: int = 64
+    batch_size: int = 64  # sentences per global batch: the in-batch negatives (split over DDP processes)
+    # memory only: encode each process's batch in chunks of this many sentences and cache the embedding gradients
+    # (mixcse/step.py CachedStep); the same gradients as one pass. None = one pass over the whole batch
+    mini_batch_size: int | None = None
     learning_rate: float = 3e-5
     weight_decay: float = 0.0
     warmup_ratio: float = 0.0
@@ -62,6 +70,7 @@ class TrainConfig:
     # (less padding computed: 1.1x faster steps) and 1 on GPUs (where each slice's host sync and kernel launches
     # cost more than the padding: 3x slower steps measured on an H200)
     length_buckets: int | None = None
+    compile: bool = False  # torch.compile the encoder; batches padded to max_seq_length (static shapes)
     fast_cpu_dropout: bool = True  # on CPU, draw dropout masks with numpy (mixcse/fast_dropout.py): ~3x cheaper
     # checkpoint selection (mixcse/evaluation/selection.py): the start model (step 0) is always a candidate
     select_on: str = "stsb_dev"  # stsb_dev | retrieval | pairs | none
@@ -115,14 +124,19 @@ class TrainConfig:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         positive = ["batch_size", "max_seq_length", "epochs", "eval_steps", "log_steps", "eval_batch_size"]
         for name in positive + ["max_steps", "save_steps", "max_sentences", "early_stopping_patience", "num_threads",
-                                "length_buckets", "select_docs", "inference_max_seq_length", "min_words"]:
+                                "length_buckets", "select_docs", "mini_batch_size", "inference_max_seq_length", "min_words"]:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"config key {name!r} must be >= 1, got {value}")
+        if self.corpus not in CORPORA:
+            raise ConfigError(f"corpus must be one of {', '.join(CORPORA)}, got {self.corpus!r}")
         if self.segment is not None and self.segment not in SEGMENTS:
             raise ConfigError(f"segment must be one of {', '.join(SEGMENTS)}, got {self.segment!r}")
         if self.text_column is not None and not self.text_column.strip():
             raise ConfigError("text_column must name a column (or be null for the default)")
+        if self.mini_batch_size is not None and self.batch_size % self.mini_batch_size:
+            raise ConfigError(f"mini_batch_size {self.mini_batch_size} does not divide batch_size {self.batch_size}: "
+                              f"the batch is encoded in equal chunks")
         if self.batch_size < 2:
             raise ConfigError("batch_size must be >= 2: in-batch negatives need a second sentence")
         for name in FLOAT_KEYS:  # nan passes every comparison below, so finiteness is checked first

@@ -7,6 +7,8 @@ Interface:
     read_segments(path, *, text_column=None, segment=None, min_words=None, dedupe=None, max_sentences=None)
         -> tuple[list[str], dict]
         stats: file, format, segment, min_words, dedupe, documents, segments, dropped_short, dropped_duplicates.
+    Segments(path, **the same options): the same segments, read lazily (``for text in Segments(...)``), with
+        ``.stats`` complete after the iteration: what the memory-mapped corpus (mixcse/shards.py) streams.
     describe(stats, token_stats=None) -> str
         The one line a run prints about its text; ``token_stats`` is ``TokenizedCorpus.stats``.
     split_sentences(text) -> list[str]
@@ -185,54 +187,67 @@ class _Seen:
         return True
 
 
+class Segments:
+    """The segments of a training file, read lazily: ``for text in Segments(path, ...)``. ``stats`` is complete
+    once the iteration has ended (``read_segments`` lists the keys); an iteration that yields nothing raises
+    ``DataError``. Options as ``read_segments``'s; they are checked (and the file's existence) on construction."""
+
+    def __init__(self, path: str | os.PathLike, *, text_column: str | None = None, segment: str | None = None,
+                 min_words: int | None = None, dedupe: bool | None = None, max_sentences: int | None = None):
+        path = Path(path)
+        fmt = file_format(path)
+        self.documents_file = fmt != "lines"
+        if text_column is not None and not self.documents_file:
+            raise DataError(f"text_column applies to .jsonl, .csv, .tsv and .parquet files, not to {path}")
+        if segment is None:
+            segment = "sentence" if self.documents_file else "line"
+        if segment not in SEGMENTS:
+            raise DataError(f"segment must be one of {', '.join(SEGMENTS)}, got {segment!r}")
+        if min_words is None:
+            min_words = DOCUMENT_MIN_WORDS if self.documents_file else 1
+        if dedupe is None:
+            dedupe = self.documents_file
+        if not path.is_file():
+            raise DataError(f"training file not found: {path}")
+        self.path, self.text_column, self.max_sentences = path, text_column, max_sentences
+        self.stats = {"file": str(path), "format": fmt, "segment": segment, "min_words": min_words, "dedupe": dedupe,
+                      "documents": 0, "segments": 0, "dropped_short": 0, "dropped_duplicates": 0}
+
+    def __iter__(self) -> Iterator[str]:
+        stats, path = self.stats, self.path
+        segment, min_words, limit = stats["segment"], stats["min_words"], self.max_sentences
+        if self.documents_file:
+            documents = _iter_documents(path, stats["format"], self.text_column)
+        else:  # each non-blank line is a document; in "line" mode it is also the segment, exactly as read
+            documents = (("", line) for _, line in iter_lines(path, what="training") if line)
+        seen = _Seen() if stats["dedupe"] else None
+        for title, text in documents:
+            stats["documents"] += 1
+            for piece in _segments_of(title, text, segment) if self.documents_file or segment != "line" else [text]:
+                if min_words > 1 and len(piece.split()) < min_words:
+                    stats["dropped_short"] += 1
+                elif seen is not None and not seen.add(piece):
+                    stats["dropped_duplicates"] += 1
+                else:
+                    stats["segments"] += 1
+                    yield piece
+                    if limit is not None and stats["segments"] >= limit:
+                        return
+        if not stats["segments"]:
+            if not stats["documents"]:
+                raise DataError(f"training file has no sentences: {path}")
+            raise DataError(f"training file has no segments left after filtering: {path} ({stats['documents']} "
+                            f"documents; {stats['dropped_short']} segments shorter than {min_words} words, "
+                            f"{stats['dropped_duplicates']} duplicates)")
+
+
 def read_segments(path: str | os.PathLike, *, text_column: str | None = None, segment: str | None = None,
                   min_words: int | None = None, dedupe: bool | None = None,
                   max_sentences: int | None = None) -> tuple[list[str], dict]:
-    path = Path(path)
-    fmt = file_format(path)
-    documents_file = fmt != "lines"
-    if text_column is not None and not documents_file:
-        raise DataError(f"text_column applies to .jsonl, .csv, .tsv and .parquet files, not to {path}")
-    if segment is None:
-        segment = "sentence" if documents_file else "line"
-    if segment not in SEGMENTS:
-        raise DataError(f"segment must be one of {', '.join(SEGMENTS)}, got {segment!r}")
-    if min_words is None:
-        min_words = DOCUMENT_MIN_WORDS if documents_file else 1
-    if dedupe is None:
-        dedupe = documents_file
-    if not path.is_file():
-        raise DataError(f"training file not found: {path}")
-
-    if documents_file:
-        documents = _iter_documents(path, fmt, text_column)
-    else:  # each non-blank line is a document; in "line" mode it is also the segment, exactly as read
-        documents = (("", line) for _, line in iter_lines(path, what="training") if line)
-    seen = _Seen() if dedupe else None
-    segments: list[str] = []
-    n_documents = dropped_short = dropped_duplicates = 0
-    for title, text in documents:
-        n_documents += 1
-        for piece in _segments_of(title, text, segment) if documents_file or segment != "line" else [text]:
-            if min_words > 1 and len(piece.split()) < min_words:
-                dropped_short += 1
-            elif seen is not None and not seen.add(piece):
-                dropped_duplicates += 1
-            else:
-                segments.append(piece)
-                if max_sentences is not None and len(segments) >= max_sentences:
-                    break
-        if max_sentences is not None and len(segments) >= max_sentences:
-            break
-    if not segments:
-        if not n_documents:
-            raise DataError(f"training file has no sentences: {path}")
-        raise DataError(f"training file has no segments left after filtering: {path} ({n_documents} documents; "
-                        f"{dropped_short} segments shorter than {min_words} words, {dropped_duplicates} duplicates)")
-    stats = {"file": str(path), "format": fmt, "segment": segment, "min_words": min_words, "dedupe": dedupe,
-             "documents": n_documents, "segments": len(segments), "dropped_short": dropped_short,
-             "dropped_duplicates": dropped_duplicates}
-    return segments, stats
+    reader = Segments(path, text_column=text_column, segment=segment, min_words=min_words, dedupe=dedupe,
+                      max_sentences=max_sentences)
+    segments = list(reader)
+    return segments, reader.stats
 
 
 def read_training_text(cfg) -> tuple[list[str], dict]:

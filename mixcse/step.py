@@ -15,12 +15,17 @@ of the loss with respect to this rank's pooled embeddings (2N x d, view 1 rows t
 loss scaler; ``StepResult.anchor_grad_norm()`` reduces it to the logged figure.
 
 ``mark(name)``, when given, is called after each phase ("forward", "loss", "backward", "clip", "optimizer",
-"zero_grad") so that a profiler can time them. Another step (e.g. a gradient-cached one) implements the same
-``__call__`` and may name its phases differently.
+"zero_grad") so that a profiler can time them.
+
+Two steps implement this interface: ``PlainStep`` (one forward pass over both views of the batch) and
+``CachedStep`` (``mini_batch_size`` set: the same gradients in the memory of a chunk, by gradient caching).
+With ``compile`` set, the encoder is ``torch.compile``d and every batch is padded to ``max_seq_length`` (static
+shapes).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -55,45 +60,45 @@ def _no_mark(name: str) -> None:
     pass
 
 
-class PlainStep:
-    """Both views in one forward pass, the loss on the embeddings, then one backward pass through the encoder.
-
-    The backward runs in two stages, first from the loss to the embeddings and then from the embeddings through the
-    encoder, so the embedding gradient is a result of the step rather than a retained intermediate; the gradient
-    each parameter receives is the one a single backward pass computes.
-    """
+class _StepBase:
+    """What every step shares: the setting, and the tail (unscale, clip, optimizer step, zero the gradients)."""
 
     def __init__(self, ctx: DistContext, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  objective: ContrastiveObjective, *, scaler: torch.amp.GradScaler | None = None,
                  autocast_dtype: torch.dtype | None = None, length_buckets: int = 1,
-                 max_grad_norm: float | None = None):
+                 max_grad_norm: float | None = None, pad_to: int | None = None):
         self.ctx, self.model, self.optimizer, self.objective = ctx, model, optimizer, objective
         self.scaler, self.autocast_dtype = scaler, autocast_dtype
-        self.length_buckets, self.max_grad_norm = length_buckets, max_grad_norm
+        self.length_buckets, self.max_grad_norm, self.pad_to = length_buckets, max_grad_norm, pad_to
 
-    def __call__(self, batch: dict[str, torch.Tensor], *, mark: Callable[[str], None] | None = None) -> StepResult:
-        mark = mark or _no_mark
-        ctx, scaler = self.ctx, self.scaler
-        views = {k: torch.cat([v, v]).to(ctx.device, non_blocking=True) for k, v in batch.items()}  # two views
-        n = views["input_ids"].shape[0] // 2
-        with torch.autocast(ctx.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-            pooled = self.model(views, length_buckets=self.length_buckets)
-        mark("forward")
-        embeddings = pooled.detach().requires_grad_()
-        z1 = distributed.gather_with_local_grad(embeddings[:n], ctx)
-        z2 = distributed.gather_with_local_grad(embeddings[n:], ctx)
-        out = contrastive_loss(z1, z2, self.objective)
-        loss = out.loss * ctx.world_size  # DDP averages gradients; the local slice's gradient is complete
-        mark("loss")
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-        pooled.backward(embeddings.grad)
-        mark("backward")
+    def _autocast(self):
+        return torch.autocast(self.ctx.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
+
+    def _views(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Both dropout views of ``batch`` as one tensor batch (view 1 rows, then view 2 rows) on the device;
+        padded to ``pad_to`` positions when set, so that every step has the same shapes (for a compiled model)."""
+        views = {}
+        for key, value in batch.items():
+            if self.pad_to is not None and value.shape[1] < self.pad_to:
+                value = torch.nn.functional.pad(value, (0, self.pad_to - value.shape[1]))  # mask 0: never attended
+            views[key] = torch.cat([value, value]).to(self.ctx.device, non_blocking=True)
+        return views
+
+    def _loss(self, z1: torch.Tensor, z2: torch.Tensor) -> tuple[LossOutput, torch.Tensor]:
+        """The loss of the global batch from this rank's two views; backward fills ``z1.grad`` and ``z2.grad``."""
+        out = contrastive_loss(distributed.gather_with_local_grad(z1, self.ctx),
+                               distributed.gather_with_local_grad(z2, self.ctx), self.objective)
+        loss = out.loss * self.ctx.world_size  # DDP averages gradients; the local slice's gradient is complete
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        return out, loss
+
+    def _update(self, out: LossOutput, embedding_grad: torch.Tensor, mark: Callable[[str], None]) -> StepResult:
+        scaler = self.scaler
         if scaler is not None:
             scaler.unscale_(self.optimizer)
         if self.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         mark("clip")
-        embedding_grad = embeddings.grad
         if scaler is not None:
             embedding_grad = embedding_grad / scaler.get_scale()  # before update() changes the scale
             scaler.step(self.optimizer)
@@ -108,10 +113,101 @@ class PlainStep:
         return StepResult(detached, embedding_grad)
 
 
+class PlainStep(_StepBase):
+    """Both views in one forward pass, the loss on the embeddings, then one backward pass through the encoder.
+
+    The backward runs in two stages, first from the loss to the embeddings and then from the embeddings through the
+    encoder, so the embedding gradient is a result of the step rather than a retained intermediate; the gradient
+    each parameter receives is the one a single backward pass computes.
+    """
+
+    def __call__(self, batch: dict[str, torch.Tensor], *, mark: Callable[[str], None] | None = None) -> StepResult:
+        mark = mark or _no_mark
+        views = self._views(batch)
+        n = views["input_ids"].shape[0] // 2
+        with self._autocast():
+            pooled = self.model(views, length_buckets=self.length_buckets)
+        mark("forward")
+        embeddings = pooled.detach().requires_grad_()
+        out, _ = self._loss(embeddings[:n], embeddings[n:])
+        mark("loss")
+        pooled.backward(embeddings.grad)
+        mark("backward")
+        return self._update(out, embeddings.grad, mark)
+
+
+def rng_snapshot(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The generator state every dropout mask of a forward pass is drawn from: torch's CPU generator (which also
+    seeds the numpy masks of mixcse/fast_dropout.py) and, on CUDA, the device's."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def rng_restore(snapshot: tuple[torch.Tensor, torch.Tensor | None], device: torch.device) -> None:
+    torch.set_rng_state(snapshot[0])
+    if snapshot[1] is not None:
+        torch.cuda.set_rng_state(snapshot[1], device)
+
+
+class CachedStep(_StepBase):
+    """Gradient caching (GradCache, Gao et al. 2021): the loss of a batch of N sentences in the memory of K.
+
+    1. Embed: each chunk of K sentences (both views, 2K rows) goes through the encoder without a graph; the RNG
+       state is recorded before each chunk.
+    2. Loss: the whole batch's loss on the cached 2N embeddings (gathered from every rank under DDP), and its
+       gradient with respect to them. The closed-form mixing keeps this cheap at large N.
+    3. Replay: each chunk is encoded again from its recorded RNG state, so it draws the same dropout masks (torch's
+       and the numpy ones), and back-propagated with its slice of the cached gradient. Parameter gradients add up
+       over the chunks to those of one graph over the whole batch; DDP reduces them once, after the last chunk.
+    Afterwards the RNG continues from where step 1 left it, as if the replay had not drawn anything.
+
+    Memory: activations of one chunk plus 2N embeddings. Time: one extra forward pass without a graph.
+    """
+
+    def __init__(self, *args, mini_batch_size: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.mini_batch_size = mini_batch_size
+
+    def _chunk_views(self, batch: dict[str, torch.Tensor], rows: slice) -> dict[str, torch.Tensor]:
+        return self._views({k: v[rows] for k, v in batch.items()})
+
+    def __call__(self, batch: dict[str, torch.Tensor], *, mark: Callable[[str], None] | None = None) -> StepResult:
+        mark = mark or _no_mark
+        device, k = self.ctx.device, self.mini_batch_size
+        n = batch["input_ids"].shape[0]
+        if n % k:
+            raise ValueError(f"mini_batch_size {k} does not divide this rank's batch of {n} sentences")
+        chunks = [slice(start, start + k) for start in range(0, n, k)]
+        snapshots, first, second = [], [], []
+        with torch.no_grad(), self._autocast():
+            for rows in chunks:
+                snapshots.append(rng_snapshot(device))
+                pooled = self.model(self._chunk_views(batch, rows), length_buckets=self.length_buckets)
+                first.append(pooled[:k])
+                second.append(pooled[k:])
+        after_embedding = rng_snapshot(device)
+        mark("forward")
+        z1 = torch.cat(first).requires_grad_()
+        z2 = torch.cat(second).requires_grad_()
+        out, _ = self._loss(z1, z2)
+        mark("loss")
+        for i, rows in enumerate(chunks):
+            rng_restore(snapshots[i], device)
+            last = i == len(chunks) - 1
+            sync = self.model.no_sync() if self.ctx.enabled and not last else contextlib.nullcontext()
+            with sync:
+                with self._autocast():
+                    pooled = self.model(self._chunk_views(batch, rows), length_buckets=self.length_buckets)
+                pooled.backward(torch.cat([z1.grad[rows], z2.grad[rows]]))
+        rng_restore(after_embedding, device)
+        mark("backward")
+        return self._update(out, torch.cat([z1.grad, z2.grad]), mark)
+
+
 def make_step(cfg: TrainConfig, ctx: DistContext, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
               objective: ContrastiveObjective | None = None, scaler: torch.amp.GradScaler | None = None, *,
               precision: str | None = None, length_buckets: int | None = None) -> Step:
-    """The step ``cfg`` describes: its clipping norm, its forward buckets on ``ctx.device`` and its precision.
+    """The step ``cfg`` describes: one pass or cached (``mini_batch_size``), compiled or eager (``compile``), its
+    clipping norm, its forward buckets on ``ctx.device`` and its precision.
 
     ``model`` is the encoder, or its DistributedDataParallel wrapper. ``objective`` defaults to ``cfg``'s;
     ``precision`` to ``cfg.precision``, which must then be resolved already ("auto" is the trainer's to resolve);
@@ -120,7 +216,19 @@ def make_step(cfg: TrainConfig, ctx: DistContext, model: torch.nn.Module, optimi
     precision = precision or cfg.precision
     if precision not in ("fp32", *AUTOCAST_DTYPES):
         raise ValueError(f"precision must be fp32, bf16 or fp16 here, got {precision!r}")
-    return PlainStep(ctx, model, optimizer, objective or cfg.objective(), scaler=scaler,
-                     autocast_dtype=AUTOCAST_DTYPES.get(precision),
-                     length_buckets=length_buckets or cfg.forward_buckets(ctx.device.type),
-                     max_grad_norm=cfg.max_grad_norm)
+    buckets, pad_to = length_buckets or cfg.forward_buckets(ctx.device.type), None
+    if cfg.compile:
+        model, buckets, pad_to = compile_encoder(model, ctx.device), 1, cfg.max_seq_length
+    setting = dict(scaler=scaler, autocast_dtype=AUTOCAST_DTYPES.get(precision), length_buckets=buckets,
+                   max_grad_norm=cfg.max_grad_norm, pad_to=pad_to)
+    objective = objective or cfg.objective()
+    if cfg.mini_batch_size is not None:
+        return CachedStep(ctx, model, optimizer, objective, mini_batch_size=cfg.mini_batch_size, **setting)
+    return PlainStep(ctx, model, optimizer, objective, **setting)
+
+
+def compile_encoder(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``torch.compile`` for fixed shapes; on CUDA with CUDA graphs ("reduce-overhead"), which remove the kernel
+    launch cost that bounds small batches. Parameters, state dict and ``no_sync`` stay the wrapped module's."""
+    mode = "reduce-overhead" if device.type == "cuda" else None
+    return torch.compile(model, mode=mode, dynamic=False)

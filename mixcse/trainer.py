@@ -20,8 +20,7 @@ import yaml
 
 from . import distributed
 from .config import TrainConfig, build_config
-from .data import BatchPlan, TokenizedCorpus
-from .documents import describe, read_training_text
+from .data import BatchPlan, CorpusLoader
 from .encoder import SentenceEncoder
 from .errors import ConfigError, MixCSEError
 from .evaluation.selection import better, build_selector
@@ -68,16 +67,6 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return precision
 
 
-
-
-
-
-
-
-
-
-
-
 def optimizer_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """No decay on biases and norm weights (the convention of BERT fine-tuning)."""
     decay, no_decay = [], []
@@ -88,9 +77,10 @@ def optimizer_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def prepare_for_training(encoder: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> None:
-    """Move to the device; on CPU, numpy-drawn dropout masks (``fast_cpu_dropout``, see mixcse/fast_dropout.py)."""
+    """Move to the device; on CPU, numpy-drawn dropout masks (``fast_cpu_dropout``, see mixcse/fast_dropout.py),
+    except for a compiled encoder, whose graph would break at every numpy call (torch's dropout compiles)."""
     encoder.to(device)
-    if cfg.fast_cpu_dropout and device.type == "cpu":
+    if cfg.fast_cpu_dropout and device.type == "cpu" and not cfg.compile:
         use_fast_dropout(encoder)
 
 
@@ -125,6 +115,10 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         torch.set_num_threads(cfg.num_threads)
     if cfg.batch_size % ctx.world_size:
         raise ConfigError(f"batch_size {cfg.batch_size} is not divisible by the {ctx.world_size} processes")
+    per_rank = cfg.batch_size // ctx.world_size
+    if cfg.mini_batch_size is not None and per_rank % cfg.mini_batch_size:
+        raise ConfigError(f"mini_batch_size {cfg.mini_batch_size} does not divide the per-process batch "
+                          f"(batch_size {cfg.batch_size} / {ctx.world_size} processes = {per_rank})")
 
     resume = prepare_output_dir(out, cfg.to_dict(), overwrite=overwrite, resume=resume)
     if resume:  # the run continues under the config it started with, except for explicitly changed keys
@@ -136,9 +130,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     selector, no_selection_note = build_selector(
         cfg.select_on, data_dir=cfg.data_dir, select_data=cfg.select_data, select_split=cfg.select_split,
         batch_size=cfg.eval_batch_size, analysis=cfg.analysis_at_eval, select_docs=cfg.select_docs)
-    sentences, text_stats = read_training_text(cfg)
-    plan = BatchPlan(len(sentences), cfg.batch_size, cfg.seed)
-    total_steps = cfg.max_steps or plan.steps_per_epoch * cfg.epochs
+    corpus_loader = CorpusLoader(cfg)
     seed_everything(cfg.seed)
     encoder, tokenizer, source = load_encoder(cfg.model, pooler=cfg.pooler, mlp_only_train=cfg.mlp_only_train,
                                               trust_remote_code=cfg.trust_remote_code)
@@ -147,10 +139,15 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     prepare_for_training(encoder, cfg, ctx.device)
     if ctx.rank:  # every rank starts from the same weights, but draws its own dropout masks (rank 0 keeps `seed`)
         seed_everything(int(np.random.SeedSequence([cfg.seed, ctx.rank]).generate_state(1)[0]))
-    corpus = TokenizedCorpus(sentences, tokenizer, cfg.max_seq_length, plan.used_indices(total_steps))
-    del sentences
+    if ctx.enabled and not ctx.is_main:
+        distributed.barrier(ctx)  # rank 0 builds a missing memory-mapped corpus first; the others then open it
+    corpus, description = corpus_loader.open(tokenizer, progress=ctx.is_main and progress is not False)
+    if ctx.enabled and ctx.is_main:
+        distributed.barrier(ctx)
+    plan = BatchPlan(len(corpus), cfg.batch_size, cfg.seed)
+    total_steps = plan.total_steps(cfg)
     if ctx.is_main:
-        print(describe(text_stats, corpus.stats), flush=True)
+        print(description, flush=True)
 
     optimizer = build_optimizer(encoder, cfg, ctx.device)
     warmup = int(cfg.warmup_ratio * total_steps)

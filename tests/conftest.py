@@ -39,6 +39,26 @@ def make_tiny_bert(directory: Path, *, vocab: list[str], layers: int = 2, hidden
     return directory
 
 
+def make_tiny_modernbert(directory: Path, *, vocab: list[str], layers: int = 2, hidden: int = 64,
+                         dropout: float = 0.1, seed: int = 0) -> Path:
+    """The stand-in's architecture (ModernBERT: rotary positions, GeGLU, local/global attention) at toy size, with
+    the tiny BERT's word-piece vocabulary."""
+    import torch
+    from transformers import BertTokenizer, ModernBertConfig, ModernBertModel
+
+    directory.mkdir(parents=True, exist_ok=True)
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens = specials + vocab
+    BertTokenizer(vocab={tok: i for i, tok in enumerate(tokens)}, do_lower_case=True).save_pretrained(directory)
+    torch.manual_seed(seed)
+    config = ModernBertConfig(vocab_size=len(tokens), hidden_size=hidden, num_hidden_layers=layers,
+                              num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=128,
+                              pad_token_id=0, cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3,
+                              embedding_dropout=dropout, attention_dropout=dropout, mlp_dropout=dropout)
+    ModernBertModel(config).save_pretrained(directory, safe_serialization=True)
+    return directory
+
+
 def synthetic_sentence(rng: random.Random, topics: tuple[int, int], n_words: int = 8) -> str:
     words = [rng.choice(TOPICS[topics[w % 2]]) for w in range(n_words)]
     words.insert(rng.randrange(len(words)), rng.choice(FILLER))
@@ -49,6 +69,12 @@ def synthetic_sentence(rng: random.Random, topics: tuple[int, int], n_words: int
 def tiny_bert(tmp_path_factory) -> Path:
     vocab = FILLER + [w for topic in TOPICS for w in topic]
     return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), vocab=vocab)
+
+
+@pytest.fixture(scope="session")
+def tiny_modernbert(tmp_path_factory) -> Path:
+    vocab = FILLER + [w for topic in TOPICS for w in topic]
+    return make_tiny_modernbert(tmp_path_factory.mktemp("tiny-modernbert"), vocab=vocab)
 
 
 def write_synthetic_data(root: Path) -> dict[str, Path]:

@@ -51,6 +51,8 @@ CASES = [
     ("train {recipe} report_to=mlflow", "report_to must be"),
     ("train {recipe} --resume", "no checkpoint"),
     ("train {recipe} batch_size=-4", "'batch_size' must be >= 1"),
+    ("train {recipe} mini_batch_size=0", "'mini_batch_size' must be >= 1"),
+    ("train {recipe} batch_size=16 mini_batch_size=5", "mini_batch_size 5 does not divide batch_size 16"),
     ("train {recipe} max_steps=0", "'max_steps' must be >= 1"),
     ("train {recipe} loss=nope", "loss must be one of"),
     ("train {recipe} pooler=nope", "pooler must be one of"),

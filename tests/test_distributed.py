@@ -42,15 +42,21 @@ def one_step(recipe, out, nproc):
     return state, loss
 
 
-@pytest.mark.parametrize("loss_name", ["mixcse", "simcse"])
-def test_two_gloo_processes_equal_one_process(deterministic_bert, synthetic_data, tmp_path, loss_name):
+@pytest.mark.parametrize("loss_name,mini_batch_size", [("mixcse", None), ("simcse", None), ("mixcse", 4)])
+def test_two_gloo_processes_equal_one_process(deterministic_bert, synthetic_data, tmp_path, loss_name,
+                                              mini_batch_size):
+    """With ``mini_batch_size`` both runs take the cached step: each rank encodes its 8 sentences in chunks of 4 and
+    takes the loss over all 16 sentences' embeddings, and must equal one process doing the same over its 16 (the
+    same chunks, so the same float rounding; tests/test_cached_step.py ties the cached step to the one-pass one)."""
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump({
         "model": str(deterministic_bert), "train_file": str(synthetic_data["corpus"]), "output_dir": "unused",
         "loss": loss_name, "batch_size": 16, "max_steps": 1, "log_steps": 1, "select_on": "none",
-        "max_grad_norm": None, "num_threads": 1, "max_seq_length": 16}))
-    single, single_loss = one_step(recipe, tmp_path / "single", 1)
+        "max_grad_norm": None, "num_threads": 1, "max_seq_length": 16, "mini_batch_size": mini_batch_size,
+        # the cached variant also reads a memory-mapped corpus: rank 0 builds it, rank 1 waits, then opens it
+        **({"corpus": "memmap", "corpus_cache_dir": str(tmp_path / "cache")} if mini_batch_size else {})}))
     ddp, ddp_loss = one_step(recipe, tmp_path / "ddp", 2)
+    single, single_loss = one_step(recipe, tmp_path / "single", 1)
     assert len(ddp["rng"]) == 2 and len(single["rng"]) == 1  # one RNG state per rank
     assert not torch.equal(ddp["rng"][0]["torch"], ddp["rng"][1]["torch"])  # ranks draw different dropout masks
     assert torch.equal(ddp["rng"][0]["torch"], single["rng"][0]["torch"])  # rank 0 keeps the run's seed stream

@@ -68,9 +68,10 @@ def _weights(path):
     return torch.load(path / "checkpoint/state.pt", weights_only=False)
 
 
-@pytest.mark.parametrize("loss", ["mixcse", "simcse"])
-def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, synthetic_data, tmp_path, monkeypatch, loss):
-    cfg = dict(max_steps=9, save_steps=3, eval_steps=4, loss=loss)
+@pytest.mark.parametrize("loss,mini_batch_size", [("mixcse", None), ("simcse", None), ("mixcse", 4)])
+def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, synthetic_data, tmp_path, monkeypatch, loss,
+                                                         mini_batch_size):
+    cfg = dict(max_steps=9, save_steps=3, eval_steps=4, loss=loss, mini_batch_size=mini_batch_size)
     full = tmp_path / "full"
     mixcse.train(tiny_config(tiny_bert, synthetic_data, full, **cfg))
 
