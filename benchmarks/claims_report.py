@@ -424,8 +424,9 @@ def probe_section(probe: dict) -> list[str]:
         seeds = sorted(set(by[a]) & set(by[b]))
         if b == ref and len(paired(by[a], by[b], sts_avg)) > 2:
             xa, xb = [sts_avg(by[a][s]) for s in seeds], [sts_avg(by[b][s]) for s in seeds]
-            spread = (f"; spread {statistics.stdev(xa):.2f} vs {statistics.stdev(xb):.2f}, "
-                      f"Levene p = {stats.levene(xa, xb).pvalue:.2g}")
+            sa, sb = statistics.stdev(xa), statistics.stdev(xb)  # two spreads of 0 have no Levene test
+            spread = f"; spread {sa:.2f} vs {sb:.2f}, Levene p = " + (f"{stats.levene(xa, xb).pvalue:.2g}"
+                                                                        if sa or sb else "n/a")
         lines.append(f"- {names[0]} − {names[1]}: {compare(STS_DIFF, by[a], by[b], names)}{spread}")
     return lines
 
