@@ -20,19 +20,18 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from claims import PRESET_LAM, load_results, parse_variant
+from claims import FIRST, PAPER_PRESETS, PRESET_LAM, RESULTS_JSON, load_results, parse_variant
+from common import REPO
 
 from mixcse.losses import PRESETS
 from mixcse.tables import STS_TASKS, TRANSFER_TASKS, markdown_table, number
 from mixcse.tables import label as task_label
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-RESULTS_JSON = HERE / "results" / "paper_claims.json"
 DOCS = REPO / "docs"
 
 PRESET_NAMES = {"simcse": "SimCSE", "mixcse": "MixCSE", "mixcse-single": "MixCSE single",
@@ -46,8 +45,7 @@ PAPER = {"simcse": {"sts": 74.83}, "mixcse": {"sts": 77.66, "transfer": 86.33},
          "mixcse-single": {"sts": 76.43}, "mixcse-wo-sg": {"sts": 75.74}}
 PAPER_MIXCSE_STS_TASKS = {"STS12": 71.71, "STS13": 83.14, "STS14": 75.49, "STS15": 83.64, "STS16": 79.00,
                           "STSBenchmark": 78.48, "SICKRelatedness": 72.19, "avg": 77.66}
-ABLATION = (("mixcse", "full"), ("mixcse-single", "single"), ("mixcse-wo-sg", "wo-sg"))  # claim 3, best first
-TABLE_PRESETS = ("simcse",) + tuple(p for p, _ in ABLATION)  # the paper's; the others are extras
+ABLATION = PAPER_PRESETS[1:]  # claim 3: full > single > wo-sg
 
 
 def paper_gap(a: str, b: str) -> float:
@@ -98,13 +96,11 @@ def _wins(diffs: list[float], positive_is_good: bool = True) -> str:
     out = f"; better on {k}/{len(diffs)} seeds"
     if len(diffs) < 2:
         return out + " (a single seed: untested)"
-    sd = statistics.stdev(diffs)
-    if sd == 0:
+    if statistics.stdev(diffs) == 0:
         return out
     from scipy import stats
 
-    t = statistics.fmean(diffs) / (sd / math.sqrt(len(diffs)))
-    p = 2 * stats.t.sf(abs(t), df=len(diffs) - 1)
+    p = stats.ttest_1samp(diffs, 0.0).pvalue
     return out + f", paired t-test p = {p:.2g} (n={len(diffs)})" + ("" if p < 0.05 else ", not significant")
 
 
@@ -128,11 +124,8 @@ def groups(runs: list[dict], backbone: str) -> dict[tuple, list[dict]]:
 
 def main_steps(runs: list[dict], backbone: str) -> tuple | None:
     """The (steps, mode) with the most SimCSE/MixCSE runs on this backbone: the one the verdicts use."""
-    count: dict[tuple, int] = {}
-    for r in runs:
-        if r.get("backbone") == backbone and r["preset"] in ("simcse", "mixcse"):
-            key = (r.get("steps"), r.get("mode", "test"))
-            count[key] = count.get(key, 0) + 1
+    count = Counter((r.get("steps"), r.get("mode", "test")) for r in runs
+                    if r.get("backbone") == backbone and r["preset"] in FIRST)
     return max(count, key=lambda k: (count[k], k[1] == "test", k[0] or 0)) if count else None
 
 
@@ -144,12 +137,8 @@ def by_seed(runs: list[dict], backbone: str, preset: str, steps_mode: tuple) -> 
 
 def paired(a: dict[int, dict], b: dict[int, dict], fn) -> list[float]:
     """fn(run_a) - fn(run_b) for every seed both have (and both values finite)."""
-    out = []
-    for seed in sorted(set(a) & set(b)):
-        va, vb = fn(a[seed]), fn(b[seed])
-        if va is not None and vb is not None and math.isfinite(va) and math.isfinite(vb):
-            out.append(va - vb)
-    return out
+    values = [(fn(a[seed]), fn(b[seed])) for seed in sorted(set(a) & set(b))]
+    return [va - vb for va, vb in values if len(_finite([va, vb])) == 2]
 
 
 def sts_avg(r):
@@ -199,7 +188,7 @@ class Paired:
     paper: float | None = None
 
 
-def compare(check: Paired, a: dict[int, dict], b: dict[int, dict], names: tuple[str, str]) -> str:
+def compare(check: Paired, a: dict[int, dict], b: dict[int, dict], names: tuple[str, str] = ("", "")) -> str:
     """One check in prose: "label: **held**, +0.17 ± 0.06 (n=3) points; better on 3/3 seeds, ... (a x vs b y)"."""
     diffs = paired(a, b, check.metric)
     mean = statistics.fmean(diffs) if diffs else None
@@ -225,6 +214,8 @@ class Claim(NamedTuple):
     na: str | None = None
 
 
+STS_DIFF = Paired("STS avg", sts_avg, judged=False)  # a difference, not judged: the extras and the GPU probes
+TRANSFER_DIFF = Paired("transfer avg", transfer_avg, judged=False)
 STS_GAIN = paper_gap("mixcse", "simcse")  # the paper's headline: +2.83 STS avg
 CLAIMS = {
     1: Claim(f"*MixCSE beats SimCSE on STS (paper: {STS_GAIN:+.2f} avg) and on transfer.*", "mixcse", "simcse",
@@ -266,8 +257,8 @@ def variance_claim(mix: dict, sim: dict) -> str:
 
 def ablation_claim(runs: dict[str, dict[int, dict]]) -> str:
     """The order full > single > wo-sg, judged on the paired differences where seeds overlap, else on the means."""
-    (full, _), (single, _), (wosg, _) = ABLATION
-    means = {p: mean_std([sts_avg(r) for r in runs[p].values()]) for p, _ in ABLATION}
+    full, single, wosg = ABLATION
+    means = {p: mean_std([sts_avg(r) for r in runs[p].values()]) for p in ABLATION}
     if any(m[0] is None for m in means.values()):
         return "3. *full > single > wo-sg.* n/a (single / wo-sg runs not recorded yet)"
 
@@ -276,12 +267,12 @@ def ablation_claim(runs: dict[str, dict[int, dict]]) -> str:
         return statistics.fmean(diffs) > 0 if diffs else means[a][0] > means[b][0]
 
     fs, sw, fw = ahead(full, single), ahead(single, wosg), ahead(full, wosg)
-    d_fs, d_sw = paired(runs[full], runs[single], sts_avg), paired(runs[single], runs[wosg], sts_avg)
+    steps = "; ".join(compare(replace(STS_DIFF, label=label), runs[a], runs[b])
+                      for label, a, b in (("full − single", full, single), ("single − wo-sg", single, wosg)))
     paper = " / ".join(f"{PAPER[p]['sts']:.2f}" for p in means)
-    return (f"3. *full > single > wo-sg on STS avg (paper {paper}).* {_held(fs and sw)}: "
-            f"{' / '.join(f'{m[0]:.2f}' for m in means.values())} "
-            f"(n = {' / '.join(str(m[2]) for m in means.values())}); full − single {pm(d_fs)}{_wins(d_fs)}; "
-            f"single − wo-sg {pm(d_sw)}{_wins(d_sw)} (paper {paper_gap(full, single):+.2f}, "
+    return (f"3. *full > single > wo-sg on STS avg (paper {paper}).* "
+            f"{_held(fs and sw)}: {' / '.join(f'{m[0]:.2f}' for m in means.values())} "
+            f"(n = {' / '.join(str(m[2]) for m in means.values())}); {steps} (paper {paper_gap(full, single):+.2f}, "
             f"{paper_gap(single, wosg):+.2f}). full > single: {_held(fs)}; single > wo-sg: {_held(sw)}; "
             f"full > wo-sg: {_held(fw)}.")
 
@@ -312,15 +303,11 @@ def verdicts(data: dict, backbone: str) -> list[str]:
     sm = main_steps(data["runs"], backbone)
     if sm is None:
         return [f"- no SimCSE/MixCSE runs of {backbone} recorded yet"]
-    runs = {p: by_seed(data["runs"], backbone, p, sm) for p in TABLE_PRESETS}
+    runs = {p: by_seed(data["runs"], backbone, p, sm) for p in PAPER_PRESETS}
     return [f"Runs compared: {sm[0]} steps, mode {sm[1]}; differences are MixCSE − SimCSE paired by seed "
             f"(mean ± std of the per-seed differences, n = seeds with both).",
             render_claim(1, runs), variance_claim(runs["mixcse"], runs["simcse"]), ablation_claim(runs),
             signal_claim(runs["mixcse"], runs["simcse"]), render_claim(5, runs)]
-
-
-STS_DIFF = Paired("STS avg", sts_avg, judged=False)
-TRANSFER_DIFF = Paired("transfer avg", transfer_avg, judged=False)
 
 
 def extras_lines(data: dict, backbone: str) -> list[str]:
@@ -331,7 +318,7 @@ def extras_lines(data: dict, backbone: str) -> list[str]:
         return []
     full, lines = by_seed(data["runs"], backbone, "mixcse", sm), []
     for (preset, lam, steps, mode), group in groups(data["runs"], backbone).items():
-        if (steps, mode) != sm or (lam == PRESET_LAM.get(preset, lam) and preset in TABLE_PRESETS):
+        if (steps, mode) != sm or (lam == PRESET_LAM.get(preset, lam) and preset in PAPER_PRESETS):
             continue
         other, names = {r["seed"]: r for r in group}, (variant_label(preset, lam), "MixCSE λ=0.2")
         clipped = [curve_mean(r, "lam_clipped", second_half=False) for r in group]
@@ -416,7 +403,7 @@ def probe_section(probe: dict) -> list[str]:
     lines = markdown_table(header, rows) + [""]
     ref = variants[0]
     pairs = [(v, ref) for v in variants[1:]]
-    chain = [p for p, _ in ABLATION if p in by]
+    chain = [p for p in ABLATION if p in by]
     if len(chain) == 3:
         pairs += [(chain[0], chain[1]), (chain[1], chain[2])]
     for a, b in dict.fromkeys(pairs):
@@ -444,7 +431,7 @@ def probe_sections(results_dir: Path) -> list[tuple[str, list[str]]]:
                             f"{st.get('steps')} steps, lr {st.get('lr')}, pooler {st.get('pooler')}, STS-B dev every "
                             f"{st.get('eval_steps')} steps" + (f"; {probe['wall_seconds']:.0f} s wall for "
                             f"{len(probe['runs'])} runs" if probe.get("wall_seconds") else ""), ""]
-                    + probe_section(probe) + [""]))
+                    + probe_section(probe)))
     return out
 
 
@@ -562,7 +549,7 @@ def make_figures(data: dict, docs: Path = DOCS) -> list[Path]:
         fig_curve(data, docs / "claims_gradnorm.png", "anchor_grad_norm", "mean anchor-gradient norm (log)",
                   ("simcse", "mixcse"), log=True, title="gradient reaching the anchor embeddings"),
         fig_curve(data, docs / "claims_max_angle.png", "max_angle", "max angle between STS-B dev sentences (°)",
-                  TABLE_PRESETS, step_key="eval_step", title="spread of STS-B dev embeddings"),
+                  PAPER_PRESETS, step_key="eval_step", title="spread of STS-B dev embeddings"),
         fig_align_uniform(data, docs / "claims_align_uniform.png"),
     ]
     return [p for p in made if p is not None]
@@ -587,14 +574,12 @@ def _timing_lines(data: dict) -> list[str]:
     return lines
 
 
-def _sections(heading: str, per_backbone: dict[str, list[str]], intro: tuple[str, ...] = ()) -> list[str]:
-    """A ``## heading``, then one ``### backbone`` part per non-empty entry (nothing when all are empty)."""
-    if not any(per_backbone.values()):
-        return []
+def _sections(heading: str, parts: dict[str, list[str]], *intro: str) -> list[str]:
+    """A ``## heading`` and its intro paragraphs, then a ``### part`` (a backbone's name) per non-empty entry."""
     out = [heading, ""] + [x for line in intro for x in (line, "")]
-    for bb, lines in per_backbone.items():
+    for name, lines in parts.items():
         if lines:
-            out += [f"### {BACKBONE_NAMES.get(bb, bb)}", ""] + lines + [""]
+            out += [f"### {BACKBONE_NAMES.get(name, name)}", ""] + lines + [""]
     return out
 
 
@@ -619,22 +604,17 @@ def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] 
                                     for bb, cfg in settings.items()] + [""]
     backbones = [b for b in ("minilm", "standin") if any(x.get("backbone") == b
                                                          for x in data["runs"] + data["baselines"])]
-    out += ["## Claim-by-claim verdicts", ""]
-    for bb in backbones:
-        out += [f"### {BACKBONE_NAMES.get(bb, bb)}", ""] + verdicts(data, bb) + [""]
-    out += _sections("## Beyond the paper: λ, the per-pair bound, the released code's loss",
-                     {bb: extras_lines(data, bb) for bb in backbones},
-                     ("Each variant minus MixCSE (λ = 0.2) on the same seeds (same data order), mean ± std of the "
-                      "per-seed differences; in parentheses the variant's own STS avg / transfer avg.",))
+    out += _sections("## Claim-by-claim verdicts", {bb: verdicts(data, bb) for bb in backbones})
+    extras = {bb: extras_lines(data, bb) for bb in backbones}
+    if any(extras.values()):
+        out += _sections("## Beyond the paper: λ, the per-pair bound, the released code's loss", extras,
+                         "Each variant minus MixCSE (λ = 0.2) on the same seeds (same data order), mean ± std of the "
+                         "per-seed differences; in parentheses the variant's own STS avg / transfer avg.")
     if probes:
-        out += [PROBES_HEADING, "", PROBES_INTRO, ""]
-        for title, lines in probes:
-            out += [f"### {title}", ""] + lines
-    for heading, table in (("## Ablation: STS avg / transfer avg", ablation_table),
-                           ("## STS (Spearman ×100)", lambda d, bb: task_table(d, bb, "sts")),
-                           ("## Transfer (test accuracy ×100)", lambda d, bb: task_table(d, bb, "transfer"))):
-        out += [heading, ""] + [x for bb in backbones for x in [f"### {BACKBONE_NAMES.get(bb, bb)}", ""]
-                                + table(data, bb) + [""]]
+        out += _sections(PROBES_HEADING, dict(probes), PROBES_INTRO)
+    out += _sections("## Ablation: STS avg / transfer avg", {bb: ablation_table(data, bb) for bb in backbones})
+    for section, heading in (("sts", "## STS (Spearman ×100)"), ("transfer", "## Transfer (test accuracy ×100)")):
+        out += _sections(heading, {bb: task_table(data, bb, section) for bb in backbones})
     if figures:
         out += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures] + [""]
     timing = _timing_lines(data)

@@ -61,7 +61,7 @@ def summary(kind: str, record: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Reproduce MixCSE's claims side by side (issue 6).")
     ap.add_argument("--backbones", nargs="+", default=["minilm,standin"])
-    ap.add_argument("--presets", nargs="+", default=[",".join(claims.DEFAULT_PRESETS)],
+    ap.add_argument("--presets", nargs="+", default=[",".join(claims.PAPER_PRESETS)],
                     help='presets, each optionally with λ ("mixcse:0.5"); commas or spaces between them')
     ap.add_argument("--seeds", nargs="+", default=["0,1,2"])
     ap.add_argument("--extras", action="store_true", help="also EXTRAS: λ 0.5/0.1/0.3 and mixcse-released on minilm, mixcse-bound on both")
