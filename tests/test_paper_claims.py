@@ -72,10 +72,17 @@ def test_both_clis_build_the_same_config_from_one_variant_syntax(tmp_path):
     assert claims.split_values(["0,1", "2"]) == ["0", "1", "2"] == claims.split_values("0,1,2")
 
 
-def test_a_bad_variant_is_refused_before_anything_runs(tmp_path, capsys):
+def test_a_bad_variant_or_seed_is_refused_before_anything_runs(tmp_path, capsys):
     paper_claims = pytest.importorskip("paper_claims")
     for bad in ("nope", "mixcse:x"):
         with pytest.raises(SystemExit) as stop:
             paper_claims.main(["--presets", f"simcse,{bad}", "--dry-run", "--results", str(tmp_path / "r.json")])
         assert stop.value.code == 2 and f"unknown variant {bad!r}" in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
+    steps_probe = pytest.importorskip("steps_probe")  # the same syntax and check in the GPU probe
+    probe = ["--model", "m", "--corpus", "c", "--data", "d", "--out", str(tmp_path / "p.json")]
+    for args in (["--presets", "simcse", "mixcse:x"], ["--seeds", "0,one"]):
+        with pytest.raises(SystemExit) as stop:
+            steps_probe.main(probe + args)
+        assert stop.value.code == 2 and "error:" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()
