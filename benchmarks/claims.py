@@ -261,8 +261,12 @@ def save_results(path: Path, update) -> dict:
 
 def record_run(path: Path, record: dict, key) -> dict:
     """Replace the record of ``key`` in the cache (or add it): a run's Spec.key, or a baseline's baseline_key."""
-    section, of = ("runs", run_key) if "preset" in record else ("baselines", baseline_key)
-    return save_results(path, lambda d: d.__setitem__(section, [r for r in d[section] if of(r) != key] + [record]))
+    section, key_of = ("runs", run_key) if "preset" in record else ("baselines", baseline_key)
+
+    def update(data: dict) -> None:
+        data[section] = [r for r in data[section] if key_of(r) != key] + [record]
+
+    return save_results(path, update)
 
 
 def pending_jobs(jobs: list[tuple[str, object]], data: dict, mode: str, eval_precision: str) -> list:
