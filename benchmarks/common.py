@@ -194,3 +194,21 @@ def write_result(name: str, payload: dict) -> Path:
     path.write_text(json.dumps(record, indent=2, default=float) + "\n")
     print(f"wrote {path.relative_to(REPO)}")
     return path
+
+
+def single_instance(path: Path, who: str) -> bool:
+    """Hold the pid file ``path`` for this process (released at exit); False when a live process holds it."""
+    import atexit
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        holder = int(path.read_text().split()[0])
+        os.kill(holder, 0)
+        print(f"[{who}] another run (pid {holder}) holds {path}; not starting", file=sys.stderr)
+        return False
+    except (OSError, ValueError, IndexError):
+        pass  # no lock, or a stale one
+    mine = f"{os.getpid()}\n"
+    path.write_text(mine)
+    atexit.register(lambda: path.unlink() if path.exists() and path.read_text() == mine else None)
+    return True

@@ -1,10 +1,12 @@
-"""The claims report (benchmarks/claims_report.py): paired verdicts with a t-test, tables, the generated block of docs/results.md."""
+"""The claims report (benchmarks/claims_report.py): claims as data, paired verdicts with a t-test, tables, the
+generated block of docs/results.md; all from small synthetic records."""
 
 from __future__ import annotations
 
 import copy
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -169,3 +171,41 @@ def test_variance_verdict_with_a_zero_spread_has_no_ratio():
             r["sts"]["avg"] = 79.0  # every SimCSE seed equal: a spread of 0
     lines = "\n".join(claims_report.verdicts(data, "minilm"))
     assert "(ratio n/a)" in lines and "SimCSE 0.00 (n=3)" in lines
+
+
+def test_zero_spreads_give_no_ratio_t_test_or_levene_and_no_warning():
+    import warnings
+
+    data = synthetic_results()
+    for r in data["runs"]:
+        r["sts"]["avg"] = 79.0 if r["preset"] == "simcse" else 79.5  # every seed alike: spreads of 0
+    probe = synthetic_probe({"simcse": [79.0] * 3, "mixcse": [79.5] * 3})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no 0/0 from scipy either
+        lines = claims_report.verdicts(data, "minilm")
+        probe_lines = claims_report.probe_section(probe)
+    assert "STS avg: **held**, +0.50 ± 0.00 (n=3) points; better on 3/3 seeds (MixCSE" in lines[1]  # no t-test
+    assert "(ratio n/a)" in lines[2]
+    assert probe_lines[-1] == ("- MixCSE − SimCSE: STS avg +0.50 ± 0.00 (n=3); better on 3/3 seeds; "
+                               "spread 0.00 vs 0.00, Levene p = n/a")
+
+
+def test_a_claim_is_data_rendered_by_one_function(monkeypatch):
+    data = synthetic_results()  # STS avg: SimCSE 79.0 / 79.2 / 78.9, MixCSE 79.5 / 79.4 / 79.6 on seeds 0 / 1 / 2
+    runs = {p: claims_report.by_seed(data["runs"], "minilm", p, (20, "test")) for p in ("simcse", "mixcse")}
+    lower = claims_report.Paired("STS avg", claims_report.sts_avg, sign=-1, unit=" points", means="", paper=-1.0)
+    angle = claims_report.Paired("Max angle", claims_report.analysis_of("max_angle"), wins=False, judged=False)
+    monkeypatch.setitem(claims_report.CLAIMS, 9, claims_report.Claim("*SimCSE is lower.*", "simcse", "mixcse",
+                                                                     (lower, angle)))
+    line = claims_report.render_claim(9, runs)
+    assert line.startswith("9. *SimCSE is lower.* STS avg: **held**, -0.47 ± 0.25 (n=3) points; better on 3/3 seeds")
+    assert "(SimCSE 79.03 ± 0.15 (n=3) vs MixCSE 79.50 ± 0.10 (n=3)). Max angle +0.00 ± 0.00 (n=3)." in line
+    assert line.endswith(". The STS gain is 47% of the paper's -1.00.")
+    higher = claims_report.Claim("*SimCSE is higher.*", "simcse", "mixcse", (replace(lower, sign=1, means=None),))
+    monkeypatch.setitem(claims_report.CLAIMS, 9, higher)
+    assert claims_report.render_claim(9, runs).startswith(
+        "9. *SimCSE is higher.* STS avg: **did not hold**, -0.47 ± 0.25 (n=3) points; better on 0/3 seeds")
+    no_data = claims_report.Claim("*Spread.*", "simcse", "mixcse", (angle, replace(lower, metric=lambda r: None)),
+                                  na="*Spread.* n/a")  # a judged check without data: the whole line is n/a
+    monkeypatch.setitem(claims_report.CLAIMS, 9, no_data)
+    assert claims_report.render_claim(9, runs) == "9. *Spread.* n/a"

@@ -1,4 +1,4 @@
-"""The claims benchmark's driver (benchmarks/paper_claims.py): its plan, its cache logic, STS-only records."""
+"""The claims harness (benchmarks/claims.py) and its CLIs: the plan, the cache logic, STS-only records, variants."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
-paper_claims = pytest.importorskip("paper_claims")
+claims = pytest.importorskip("claims")
 claims_report = pytest.importorskip("claims_report")
 
 
@@ -20,8 +20,8 @@ def record(spec, transfer: bool) -> dict:
 
 
 def test_plan_pairs_presets_by_seed_and_puts_extras_where_they_bind():
-    jobs = paper_claims.plan(["minilm", "standin"], ["simcse", "mixcse", "mixcse-single"], [0, 1], True,
-                             None, "test", "bf16", transfer=False)
+    jobs = claims.plan(["minilm", "standin"], ["simcse", "mixcse", "mixcse-single"], [0, 1], True,
+                       None, "test", "bf16", transfer=False)
     runs = [j for kind, j in jobs if kind == "run"]
     first = [(r.backbone, r.preset, r.seed) for r in runs[:4]]
     assert first == [("minilm", "simcse", 0), ("minilm", "mixcse", 0), ("minilm", "simcse", 1), ("minilm", "mixcse", 1)]
@@ -33,16 +33,16 @@ def test_plan_pairs_presets_by_seed_and_puts_extras_where_they_bind():
 
 
 def test_a_run_recorded_without_transfer_is_still_to_do_for_a_job_that_wants_it():
-    full = paper_claims.make_spec("minilm", "mixcse", 0, 0.5, None, "test", "bf16")
-    sts_only = paper_claims.make_spec("minilm", "mixcse", 0, 0.5, None, "test", "bf16", transfer=False)
+    full = claims.make_spec("minilm", "mixcse:0.5", 0, None, "test", "bf16")
+    sts_only = claims.make_spec("minilm", "mixcse:0.5", 0, None, "test", "bf16", transfer=False)
     assert full.key == sts_only.key and full.name == sts_only.name  # same run directory: weights are reused
     data = {"runs": [record(full, transfer=False)], "baselines": [{"name": "glove", "mode": "test",
                                                                    "eval_precision": "bf16"}]}
     jobs = [("run", full), ("baseline", "glove"), ("baseline", "minilm-raw")]
-    assert paper_claims.pending_jobs(jobs, data, "test", "bf16") == [("run", full), ("baseline", "minilm-raw")]
-    assert paper_claims.pending_jobs([("run", sts_only)], data, "test", "bf16") == []
+    assert claims.pending_jobs(jobs, data, "test", "bf16") == [("run", full), ("baseline", "minilm-raw")]
+    assert claims.pending_jobs([("run", sts_only)], data, "test", "bf16") == []
     data["runs"] = [record(full, transfer=True)]
-    assert paper_claims.pending_jobs([("run", full)], data, "test", "bf16") == []
+    assert claims.pending_jobs([("run", full)], data, "test", "bf16") == []
 
 
 def test_summary_and_tables_of_a_run_without_transfer():
@@ -50,21 +50,39 @@ def test_summary_and_tables_of_a_run_without_transfer():
            "analysis": {"alignment": 0.3, "uniformity": -2.0, "max_angle": 100.0, "mean_angle": 60.0,
                         "mean_cosine": 0.4},
            "settings": {"mode": "test", "classifier": "sklearn", "batch_size": 128, "seconds": {}}}
-    out = paper_claims.summarise_eval(res)
+    out = claims.summarise_eval(res)
     assert out["transfer"] is None and out["mrpc_f1"] is None and out["sts"] == {"STS12": 70.0, "avg": 70.0}
-    spec = paper_claims.make_spec("minilm", "mixcse", 0, 0.5, None, "test", "bf16", transfer=False)
+    spec = claims.make_spec("minilm", "mixcse:0.5", 0, None, "test", "bf16", transfer=False)
     data = {"runs": [{**record(spec, transfer=False), **out}], "baselines": []}
     assert any("λ=0.5" in row for row in claims_report.task_table(data, "minilm", "sts"))
     assert not any("λ=0.5" in row for row in claims_report.task_table(data, "minilm", "transfer"))
 
 
-def test_steps_probe_variants_carry_their_lambda_to_the_trainer(tmp_path):
+def test_both_clis_build_the_same_config_from_one_variant_syntax(tmp_path):
     from mixcse.config import build_config
 
-    steps_probe = pytest.importorskip("steps_probe")
-    cfg = {"model": "m", "corpus": "c.txt", "data": "d", "pooler": "avg", "lr": 1e-5, "steps": 200,
-           "eval_steps": 25, "threads": 1}
-    half = build_config(steps_probe.train_config(cfg, "mixcse:0.5", 3, str(tmp_path)))
-    default = build_config(steps_probe.train_config(cfg, "mixcse", 3, str(tmp_path)))
+    base = claims.probe_base("m", "c.txt", "d", "avg", 1e-5, 200, 25, 1)
+    half = build_config(claims.train_config(base, *claims.parse_variant("mixcse:0.5"), 3, str(tmp_path)))
+    default = build_config(claims.train_config(base, *claims.parse_variant("mixcse"), 3, str(tmp_path)))
     assert half.objective().lam == 0.5 and default.objective().lam == 0.2 and half.seed == default.seed == 3
-    assert build_config(steps_probe.train_config(cfg, "simcse", 0, str(tmp_path))).objective().lam is None
+    assert build_config(claims.train_config(base, "simcse", None, 0, str(tmp_path))).objective().lam is None
+    table = claims.make_spec("minilm", "mixcse:0.3", 1, None, "test", "bf16").config()
+    assert table["lam"] == 0.3 and table["loss"] == "mixcse" and table["seed"] == 1 and table["max_steps"] == 200
+    assert "lam" not in claims.make_spec("minilm", "mixcse", 1, None, "test", "bf16").config()  # the preset's own
+    assert claims.split_values(["0,1", "2"]) == ["0", "1", "2"] == claims.split_values("0,1,2")
+
+
+def test_a_bad_variant_or_seed_is_refused_before_anything_runs(tmp_path, capsys):
+    paper_claims = pytest.importorskip("paper_claims")
+    for bad in ("nope", "mixcse:x"):
+        with pytest.raises(SystemExit) as stop:
+            paper_claims.main(["--presets", f"simcse,{bad}", "--dry-run", "--results", str(tmp_path / "r.json")])
+        assert stop.value.code == 2 and f"unknown variant {bad!r}" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
+    steps_probe = pytest.importorskip("steps_probe")  # the same syntax and check in the GPU probe
+    probe = ["--model", "m", "--corpus", "c", "--data", "d", "--out", str(tmp_path / "p.json")]
+    for args in (["--presets", "simcse", "mixcse:x"], ["--seeds", "0,one"]):
+        with pytest.raises(SystemExit) as stop:
+            steps_probe.main(probe + args)
+        assert stop.value.code == 2 and "error:" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()
