@@ -55,10 +55,12 @@ class Run:
     batch_size: int = 64
     eval_steps: int = 50
     select_docs: int | None = None
+    positives: str = "dropout"  # or neighbours / title: then ``segment`` only sets the training length
 
     @property
     def key(self) -> str:
-        return (f"{self.backbone}-{self.preset}-{self.segment}-t{self.temperature:g}-s{self.steps}"
+        pairs = "" if self.positives == "dropout" else f"-{self.positives}"
+        return (f"{self.backbone}-{self.preset}-{self.segment}{pairs}-t{self.temperature:g}-s{self.steps}"
                 f"-b{self.batch_size}-seed{self.seed}")
 
     def train_config(self, out: Path, threads: int | None) -> dict:
@@ -68,6 +70,7 @@ class Run:
                 "batch_size": self.batch_size, "max_steps": self.steps, "eval_steps": self.eval_steps,
                 "log_steps": 10, "seed": self.seed, "select_on": "retrieval", "select_data": str(SCIFACT),
                 "select_split": "train", "select_docs": self.select_docs, "precision": "auto",
+                "positives": self.positives,
                 "num_threads": threads}
 
 
@@ -145,11 +148,19 @@ def paired(a: dict, b: dict, metric: str) -> dict | None:
     return {"mean": m, "std": sd, "n": len(diffs), "p": p, "wins": sum(d > 0 for d in diffs)}
 
 
+def text_of(r: dict) -> str:
+    """What a run trained on: a segmentation, or a kind of pairs (``positives``)."""
+    positives = r.get("positives", "dropout")
+    return r["segment"] if positives == "dropout" else f"{positives} pairs"
+
+
 def summarise(zero: dict, runs: list[dict]) -> list[dict]:
     groups: dict[tuple, dict[int, dict]] = {}
+    won: dict[tuple, int] = {}
     for r in runs:
-        groups.setdefault((r["backbone"], r["segment"], r["temperature"], r["steps"], r["preset"]), {})[r["seed"]] = \
-            r["test"]
+        key = (r["backbone"], text_of(r), r["temperature"], r["steps"], r["preset"])
+        groups.setdefault(key, {})[r["seed"]] = r["test"]
+        won[key] = won.get(key, 0) + r["start_won"]
     rows = []
     for (backbone, segment, tau, steps, preset), by_seed in sorted(groups.items()):
         row = {"backbone": backbone, "segment": segment, "temperature": tau, "steps": steps, "preset": preset,
@@ -162,9 +173,7 @@ def summarise(zero: dict, runs: list[dict]) -> list[dict]:
             simcse = groups.get((backbone, segment, tau, steps, "simcse"))
             if preset != "simcse" and simcse:
                 row[f"{metric}_vs_simcse"] = paired(by_seed, simcse, metric)
-        row["start_won"] = sum(r["start_won"] for r in runs if (r["backbone"], r["segment"], r["temperature"],
-                                                                r["steps"], r["preset"]) == (backbone, segment, tau,
-                                                                                             steps, preset))
+        row["start_won"] = won[(backbone, segment, tau, steps, preset)]
         rows.append(row)
     return rows
 
@@ -217,7 +226,7 @@ def plot(runs: list[dict], path: Path) -> None:
             taus = sorted({x["temperature"] for x in runs})
             ax.plot(steps, scores, color=f"C{sorted({x['preset'] for x in runs}).index(r['preset'])}", alpha=0.8,
                     linestyle=("-", "--", ":", "-.")[taus.index(r["temperature"]) % 4],
-                    label=f"{r['preset']} {r['segment']} τ={r['temperature']:g} seed {r['seed']}")
+                    label=f"{r['preset']} {text_of(r)} τ={r['temperature']:g} seed {r['seed']}")
             ax.scatter([r["selected_step"]], [r["dev"]["selected"]], color="k", s=12, zorder=3)
         ax.set_title(f"{backbone}: selection nDCG@10 (train claims, sub-corpus) over steps; dot = kept")
         ax.set_xlabel("step")
@@ -251,6 +260,7 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--eval-steps", type=int, default=50)
     ap.add_argument("--select-docs", type=int, default=None)
+    ap.add_argument("--positives", default="dropout", help="dropout, neighbours or title (docs/domain-adaptation.md)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
@@ -268,7 +278,7 @@ def main() -> int:
                     for seed in (int(s) for s in args.seeds.split(",")):
                         for preset in presets:
                             run = Run(backbone, preset, seed, segment, tau, args.steps, args.batch_size,
-                                      args.eval_steps, args.select_docs)
+                                      args.eval_steps, args.select_docs, args.positives)
                             t0 = time.perf_counter()
                             rec = run_one(run, test_data, z, args.threads)
                             print(f"{run.key}: selected step {rec['selected_step']}, test "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from .documents import SEGMENTS
+from .documents import POSITIVES, SEGMENTS
 from .errors import ConfigError
 from .losses import PRESETS, ContrastiveObjective, objective_from_preset
 from .model import POOLERS
@@ -46,6 +46,9 @@ class TrainConfig:
     # memory: read and tokenise the text at start (what a run uses); memmap: tokenise the whole file once into
     # memory-mapped shards cached on disk (mixcse/shards.py), so that RAM does not grow with the corpus
     corpus: str = "memory"
+    # the second view of each anchor: dropout (the paper: the same sentence again), neighbours (the next sentence of
+    # its document) or title (a document's title as anchor, its text as positive); see docs/domain-adaptation.md
+    positives: str = "dropout"
     corpus_cache_dir: str | None = None  # memmap: where the shards go (None: $MIXCSE_CACHE/corpus or ~/.cache/mixcse)
     # documents (.jsonl/.csv/.tsv/.parquet) vs plain lines: see docs/training-data.md; None = the format's default
     text_column: str | None = None  # default: "text", with "title" in front when there is one (BEIR)
@@ -128,6 +131,10 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"config key {name!r} must be >= 1, got {value}")
+        if self.positives not in POSITIVES:
+            raise ConfigError(f"positives must be one of {', '.join(POSITIVES)}, got {self.positives!r}")
+        if self.positives != "dropout" and self.corpus == "memmap":
+            raise ConfigError("positives neighbours / title need corpus: memory")
         if self.corpus not in CORPORA:
             raise ConfigError(f"corpus must be one of {', '.join(CORPORA)}, got {self.corpus!r}")
         if self.segment is not None and self.segment not in SEGMENTS:

@@ -11,6 +11,8 @@ Interface:
     TokenizedCorpus(sentences, tokenizer, max_seq_length, indices=None): tokenises ``sentences[indices]`` (the ones a
         run uses) in one call; ``.stats`` = {sequences, tokens, truncated, truncated_share, max_seq_length} of that
         pass (tokens include special tokens; truncated_share is None for a tokenizer that cannot tell).
+    PairedCorpus(pairs, tokenizer, max_seq_length, indices=None): (anchor, positive) pairs (``positives``), whose
+        batches add ``positive_input_ids`` / ``positive_attention_mask`` (the second view).
     BatchPlan(n_sentences, batch_size, seed): which indices form each global batch.
     read_sentences(path, *, max_sentences=None, dedupe=False) -> list[str]: the non-blank lines of a plain or .gz
         file (``documents.read_segments`` in ``line`` mode; see mixcse/documents.py for documents).
@@ -24,7 +26,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from .documents import Segments, describe, read_segments, read_training_text
+from .documents import Segments, describe, read_pairs, read_segments, read_training_text
 from .errors import DataError
 
 
@@ -49,6 +51,11 @@ class CorpusLoader:
         if cfg.corpus == "memmap":
             Segments(cfg.train_file, text_column=cfg.text_column, segment=cfg.segment, min_words=cfg.min_words,
                      dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
+        elif cfg.positives != "dropout":
+            self.sentences, self.text_stats = read_pairs(
+                cfg.train_file, positives=cfg.positives, text_column=cfg.text_column, min_words=cfg.min_words,
+                dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
+            self.plan = BatchPlan(len(self.sentences), cfg.batch_size, cfg.seed)
         else:
             self.sentences, self.text_stats = read_training_text(cfg)
             self.plan = BatchPlan(len(self.sentences), cfg.batch_size, cfg.seed)
@@ -60,8 +67,11 @@ class CorpusLoader:
 
             corpus = open_sharded_corpus(cfg, tokenizer, cache_dir=cfg.corpus_cache_dir, progress=progress)
             return corpus, describe(corpus.stats["text"], corpus.stats["tokens"])
-        memory = TokenizedCorpus(self.sentences, tokenizer, cfg.max_seq_length,
-                                 self.plan.used_indices(self.plan.total_steps(cfg)))
+        used = self.plan.used_indices(self.plan.total_steps(cfg))
+        if cfg.positives != "dropout":
+            memory = PairedCorpus(self.sentences, tokenizer, cfg.max_seq_length, used)
+        else:
+            memory = TokenizedCorpus(self.sentences, tokenizer, cfg.max_seq_length, used)
         self.sentences = None  # the token ids are what the run keeps
         return memory, describe(self.text_stats, memory.stats)
 
@@ -142,3 +152,27 @@ class TokenizedCorpus:
             input_ids[row, : len(seq)] = seq
             attention[row, : len(seq)] = 1
         return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention)}
+
+
+class PairedCorpus:
+    """(anchor, positive) pairs (``positives: neighbours | title``), tokenised like ``TokenizedCorpus``.
+
+    ``batch(indices)`` holds the anchors under the usual keys and their positives under ``positive_input_ids`` and
+    ``positive_attention_mask``; the step then encodes anchors as view 1 and positives as view 2 (each still
+    with its own dropout mask) instead of the anchors twice."""
+
+    def __init__(self, pairs: list[tuple[str, str]], tokenizer, max_seq_length: int, indices: np.ndarray | None = None):
+        self._anchors = TokenizedCorpus([a for a, _ in pairs], tokenizer, max_seq_length, indices)
+        self._positives = TokenizedCorpus([p for _, p in pairs], tokenizer, max_seq_length, indices)
+        a, p = self._anchors.stats, self._positives.stats
+        truncated = None if a["truncated"] is None else a["truncated"] + p["truncated"]
+        self.stats = {"sequences": a["sequences"], "tokens": a["tokens"] + p["tokens"], "truncated": truncated,
+                      "max_seq_length": max_seq_length,
+                      "truncated_share": None if truncated is None else truncated / max(2 * a["sequences"], 1)}
+
+    def __len__(self) -> int:
+        return len(self._anchors)
+
+    def batch(self, indices: np.ndarray) -> dict[str, torch.Tensor]:
+        positives = self._positives.batch(indices)
+        return self._anchors.batch(indices) | {f"positive_{k}": v for k, v in positives.items()}

@@ -7,6 +7,8 @@ Interface:
     read_segments(path, *, text_column=None, segment=None, min_words=None, dedupe=None, max_sentences=None)
         -> tuple[list[str], dict]
         stats: file, format, segment, min_words, dedupe, documents, segments, dropped_short, dropped_duplicates.
+    read_pairs(path, *, positives, ...) -> (list of (anchor, positive), stats): positives beyond dropout,
+        ``neighbours`` (a sentence and the next) or ``title`` (a title and its text); POSITIVES lists them.
     Segments(path, **the same options): the same segments, read lazily (``for text in Segments(...)``), with
         ``.stats`` complete after the iteration: what the memory-mapped corpus (mixcse/shards.py) streams.
     describe(stats, token_stats=None) -> str
@@ -248,6 +250,63 @@ def read_segments(path: str | os.PathLike, *, text_column: str | None = None, se
                       max_sentences=max_sentences)
     segments = list(reader)
     return segments, reader.stats
+
+
+POSITIVES = ("dropout", "neighbours", "title")
+
+
+def read_pairs(path: str | os.PathLike, *, positives: str, text_column: str | None = None,
+               min_words: int | None = None, dedupe: bool | None = None,
+               max_sentences: int | None = None) -> tuple[list[tuple[str, str]], dict]:
+    """(anchor, positive) pairs that a document offers beyond dropout, and the stats of reading them.
+
+    ``neighbours``: each sentence and the next one of the same document (the title counts as the first sentence;
+    sentences shorter than ``min_words`` are dropped before pairing). ``title``: each document's title and its
+    text as one passage (documents without a title are skipped). ``dedupe`` drops pairs whose anchor was seen;
+    ``max_sentences`` keeps the first N pairs. Stats as ``Segments.stats``, ``segments`` counting pairs.
+    """
+    if positives not in POSITIVES[1:]:
+        raise DataError(f"positives must be one of {', '.join(POSITIVES)}, got {positives!r}")
+    reader = Segments(path, text_column=text_column, segment="sentence" if positives == "neighbours" else "passage",
+                      min_words=min_words, dedupe=dedupe)
+    stats = reader.stats | {"segment": f"{positives} pairs"}
+    path = reader.path
+    if reader.documents_file:
+        documents = _iter_documents(path, stats["format"], text_column)
+    else:
+        documents = (("", line) for _, line in iter_lines(path, what="training") if line)
+    seen = _Seen() if stats["dedupe"] else None
+    pairs: list[tuple[str, str]] = []
+    titled = 0
+    for title, text in documents:
+        stats["documents"] += 1
+        if positives == "title":
+            title, passage = " ".join(title.split()), " ".join(text.split())
+            titled += bool(title)
+            candidates = [(title, passage)] if title and passage else []
+        else:
+            sentences = []
+            for sentence in _segments_of(title, text, "sentence"):
+                if len(sentence.split()) < stats["min_words"]:
+                    stats["dropped_short"] += 1
+                else:
+                    sentences.append(sentence)
+            candidates = list(zip(sentences, sentences[1:]))
+        for anchor, positive in candidates:
+            if seen is not None and not seen.add(anchor):
+                stats["dropped_duplicates"] += 1
+                continue
+            pairs.append((anchor, positive))
+            if max_sentences is not None and len(pairs) >= max_sentences:
+                break
+        if max_sentences is not None and len(pairs) >= max_sentences:
+            break
+    if positives == "title" and stats["documents"] and not titled:
+        raise DataError(f"positives title needs documents with a title field: {path} has none")
+    if not pairs:
+        raise DataError(f"training file gives no {positives} pairs: {path} ({stats['documents']} documents)")
+    stats["segments"] = len(pairs)
+    return pairs, stats
 
 
 def read_training_text(cfg) -> tuple[list[str], dict]:

@@ -75,14 +75,17 @@ class _StepBase:
         return torch.autocast(self.ctx.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
 
     def _views(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Both dropout views of ``batch`` as one tensor batch (view 1 rows, then view 2 rows) on the device;
-        padded to ``pad_to`` positions when set, so that every step has the same shapes (for a compiled model)."""
-        views = {}
-        for key, value in batch.items():
-            if self.pad_to is not None and value.shape[1] < self.pad_to:
-                value = torch.nn.functional.pad(value, (0, self.pad_to - value.shape[1]))  # mask 0: never attended
-            views[key] = torch.cat([value, value]).to(self.ctx.device, non_blocking=True)
-        return views
+        """Both views as one tensor batch on the device: view 1 = the anchors, view 2 = their positives when the
+        batch has ``positive_*`` tensors (``data.PairedCorpus``), else the anchors again (dropout makes them
+        differ). Padded to a common width, or to ``pad_to`` when set (static shapes for a compiled model)."""
+        anchors = {k: v for k, v in batch.items() if not k.startswith("positive_")}
+        positives = {k[len("positive_"):]: v for k, v in batch.items() if k.startswith("positive_")} or anchors
+        width = max(anchors["input_ids"].shape[1], positives["input_ids"].shape[1], self.pad_to or 0)
+        pad = torch.nn.functional.pad  # mask 0 on padding: never attended
+        return {k: torch.cat([pad(anchors[k], (0, width - anchors[k].shape[1])),
+                              pad(positives[k], (0, width - positives[k].shape[1]))]).to(self.ctx.device,
+                                                                                        non_blocking=True)
+                for k in anchors}
 
     def _loss(self, z1: torch.Tensor, z2: torch.Tensor) -> tuple[LossOutput, torch.Tensor]:
         """The loss of the global batch from this rank's two views; backward fills ``z1.grad`` and ``z2.grad``."""
