@@ -86,13 +86,13 @@ def st_step(n: int, mini_batch: int, sentences: list[str], threads: int):
 
 
 def measure(step, n: int) -> dict:
-    """Peak memory of one step (after a first, untimed step has allocated AdamW's state, as in training) and the
-    time of one more step."""
+    """The time of one step and the peak memory of the next (after a first, untimed step has allocated AdamW's
+    state, as in training)."""
     step()
-    peak, _ = peak_cpu_bytes(step)
-    t0 = time.perf_counter()
+    t0 = time.perf_counter()  # timed before the profiled step: a step after torch.profiler ran slower
     step()
     seconds = time.perf_counter() - t0
+    peak, _ = peak_cpu_bytes(step)
     row = {"batch": n, "peak_mb": peak / 1e6, "step_s": seconds, "ms_per_sentence": 1e3 * seconds / n}
     print(f"  N={n:5d}  peak {row['peak_mb']:8.1f} MB  {row['ms_per_sentence']:6.2f} ms/sentence", flush=True)
     return row
@@ -131,12 +131,9 @@ def main() -> None:
              "cached_mixcse": mixcse_step(n, k, "mixcse", sentences, args.threads),
              "cached_simcse": mixcse_step(n, k, "simcse", sentences, args.threads),
              "st_cached_simcse": st_step(n, k, sentences, args.threads)}
-    peaks = {}
-    for name, step in sides.items():
-        step()
-        peaks[name] = peak_cpu_bytes(step)[0] / 1e6
     print(f"interleaved timing at N={n}: {args.rounds} rounds", flush=True)
-    times = interleaved(sides, repeats=args.rounds, warmup=0)
+    times = interleaved(sides, repeats=args.rounds, warmup=1)
+    peaks = {name: peak_cpu_bytes(step)[0] / 1e6 for name, step in sides.items()}
     ratio = summarise(paired_ratios(times["cached_mixcse"], times["onepass_mixcse"]))["median"]
     st_ratio = summarise(paired_ratios(times["st_cached_simcse"], times["cached_simcse"]))["median"]
     side_by_side = {name: {"peak_mb": peaks[name], "step_s": summarise(times[name]),

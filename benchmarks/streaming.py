@@ -1,4 +1,4 @@
-"""Corpora in constant memory: peak RSS and tokenisation throughput of ``corpus: memmap`` at 0.4M, 4M and 20M
+"""Corpora in constant memory: peak RSS and tokenisation throughput of ``corpus: disk`` at 0.4M, 4M and 20M
 sentences.
 
 The files are the shared 400k-sentence corpus repeated 1, 10 and 50 times (written once under ``--workdir``). Each
@@ -8,7 +8,7 @@ new cache entry with ``workers`` processes; timed), open it again (the cache hit
 (``ru_maxrss``: model, training and the build's reading and writing) and that of its tokeniser workers. For contrast,
 ``corpus: memory`` runs the same 20 steps at 0.4M and 4M (it holds every sentence as a Python string).
 
-Figures: ``peak_rss_ratio_20m_vs_0p4m`` (memmap; goal <= 1.2) and ``tokenise_sentences_per_second`` (at 20M).
+Figures: ``peak_rss_ratio_20m_vs_0p4m`` (disk corpus; goal <= 1.2) and ``tokenise_sentences_per_second`` (at 20M).
 
     python benchmarks/streaming.py               # ~20 min on 2 cores; ~4 GB of disk under --workdir
     python benchmarks/streaming.py --quick       # 0.4M and 1.2M only
@@ -57,7 +57,7 @@ def child(train_file: str, corpus: str, workdir: str) -> None:
               "select_on": "none", "log_steps": 10, "corpus": corpus, "corpus_cache_dir": f"{workdir}/cache",
               "num_threads": 2}
     record: dict = {"corpus": corpus}
-    if corpus == "memmap":
+    if corpus == "disk":
         tokenizer = load_backbone(str(STAND_IN))[1]
         cfg = TrainConfig(output_dir="-", **values)
         t0 = time.perf_counter()
@@ -89,7 +89,7 @@ def measure(train_file: Path, corpus: str, workdir: Path) -> dict:
     print(f"  {corpus:6s} {train_file.name}: peak RSS {record['peak_rss_mb']:.0f} MB"
           + (f", tokenised {record['sequences']:,} in {record['build_s']:.0f} s "
              f"({record['tokenise_sentences_per_second']:,.0f}/s), reopened in {record['reopen_s']:.2f} s"
-             if corpus == "memmap" else ""), flush=True)
+             if corpus == "disk" else ""), flush=True)
     return record
 
 
@@ -110,14 +110,14 @@ def main() -> None:
         path = workdir / f"corpus-{name}.txt"
         n = write_repeated(path, times)
         print(f"{name}: {n:,} sentences", flush=True)
-        rows[name] = {"sentences": n, "memmap": measure(path, "memmap", workdir)}
+        rows[name] = {"sentences": n, "disk": measure(path, "disk", workdir)}
         if name in ("0p4m", "4m"):
             rows[name]["memory"] = measure(path, "memory", workdir)
     largest = list(repeats)[-1]
-    ratio = rows[largest]["memmap"]["peak_rss_mb"] / rows["0p4m"]["memmap"]["peak_rss_mb"]
+    ratio = rows[largest]["disk"]["peak_rss_mb"] / rows["0p4m"]["disk"]["peak_rss_mb"]
     summary = {f"peak_rss_ratio_{largest}_vs_0p4m": ratio,
-               "tokenise_sentences_per_second": rows[largest]["memmap"]["tokenise_sentences_per_second"]}
-    print(f"peak RSS, memmap {largest} / 0.4M: {ratio:.2f} (goal <= 1.2); tokenisation "
+               "tokenise_sentences_per_second": rows[largest]["disk"]["tokenise_sentences_per_second"]}
+    print(f"peak RSS, disk corpus {largest} / 0.4M: {ratio:.2f} (goal <= 1.2); tokenisation "
           f"{summary['tokenise_sentences_per_second']:,.0f} sentences/s")
     write_result("streaming_quick" if args.quick else "streaming", {
         "setting": {"model": "stand-in (mini-wiki-mlm)", "batch_size": 64, "train_steps": 20, "max_seq_length": 32},

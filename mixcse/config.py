@@ -19,7 +19,7 @@ from .model import POOLERS
 from .tracking import parse_report_to
 
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
-CORPORA = ("memory", "memmap")
+CORPORA = ("memory", "disk")
 SELECT_ON = ("stsb_dev", "retrieval", "pairs", "none")  # mixcse.evaluation.selection.SELECT_ON
 
 
@@ -43,13 +43,13 @@ class TrainConfig:
     trust_remote_code: bool = False
     # data
     max_sentences: int | None = None  # use only the first N segments of train_file
-    # memory: read and tokenise the text at start (what a run uses); memmap: tokenise the whole file once into
-    # memory-mapped shards cached on disk (mixcse/shards.py), so that RAM does not grow with the corpus
+    # memory: read and tokenise the text at start (what a run uses); disk: tokenise the whole file once into
+    # shards cached on disk, read per batch (mixcse/shards.py), so that RAM does not grow with the corpus
     corpus: str = "memory"
     # the second view of each anchor: dropout (the paper: the same sentence again), neighbours (the next sentence of
     # its document) or title (a document's title as anchor, its text as positive); see docs/domain-adaptation.md
     positives: str = "dropout"
-    corpus_cache_dir: str | None = None  # memmap: where the shards go (None: $MIXCSE_CACHE/corpus or ~/.cache/mixcse)
+    corpus_cache_dir: str | None = None  # disk: where the shards go (None: $MIXCSE_CACHE/corpus or ~/.cache/mixcse)
     # documents (.jsonl/.csv/.tsv/.parquet) vs plain lines: see docs/training-data.md; None = the format's default
     text_column: str | None = None  # default: "text", with "title" in front when there is one (BEIR)
     segment: str | None = None  # line | sentence | passage; None: line for plain text, sentence for documents
@@ -133,7 +133,7 @@ class TrainConfig:
                 raise ConfigError(f"config key {name!r} must be >= 1, got {value}")
         if self.positives not in POSITIVES:
             raise ConfigError(f"positives must be one of {', '.join(POSITIVES)}, got {self.positives!r}")
-        if self.positives != "dropout" and self.corpus == "memmap":
+        if self.positives != "dropout" and self.corpus == "disk":
             raise ConfigError("positives neighbours / title need corpus: memory")
         if self.corpus not in CORPORA:
             raise ConfigError(f"corpus must be one of {', '.join(CORPORA)}, got {self.corpus!r}")

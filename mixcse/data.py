@@ -2,11 +2,11 @@
 
 Interface:
     CorpusLoader(cfg) then .open(tokenizer, progress=True) -> (Corpus, description line): what ``train`` calls;
-        the in-memory ``TokenizedCorpus`` (``corpus: memory``) or the memory-mapped ``shards.ShardedCorpus``
-        (``corpus: memmap``). ``open_corpus(cfg, tokenizer)`` does both.
+        the in-memory ``TokenizedCorpus`` (``corpus: memory``) or the on-disk ``shards.ShardedCorpus``
+        (``corpus: disk``). ``open_corpus(cfg, tokenizer)`` does both.
     Corpus (Protocol): ``len(corpus)`` (number of segments; batch indices lie in ``range(len(corpus))``) and
         ``corpus.batch(indices) -> {"input_ids", "attention_mask"}`` (int64 tensors, padded to the batch's longest
-        sequence). ``TokenizedCorpus`` is the in-memory implementation; another (e.g. memory-mapped) corpus needs
+        sequence). ``TokenizedCorpus`` is the in-memory implementation; another (e.g. on-disk) corpus needs
         only these two.
     TokenizedCorpus(sentences, tokenizer, max_seq_length, indices=None): tokenises ``sentences[indices]`` (the ones a
         run uses) in one call; ``.stats`` = {sequences, tokens, truncated, truncated_share, max_seq_length} of that
@@ -41,14 +41,14 @@ class CorpusLoader:
     """The corpus ``cfg`` trains on, in two phases so that bad input fails before the model loads.
 
     ``CorpusLoader(cfg)`` reads the text (``corpus: memory``; raises ``DataError`` for a bad file) or checks the
-    file and reading options (``corpus: memmap``, which reads while it tokenises). ``.open(tokenizer)`` returns
+    file and reading options (``corpus: disk``, which reads while it tokenises). ``.open(tokenizer)`` returns
     (the ``Corpus``, the line that describes it): an in-memory ``TokenizedCorpus`` of the segments the run uses, or
     a ``shards.ShardedCorpus`` built on first use.
     """
 
     def __init__(self, cfg):
         self.cfg = cfg
-        if cfg.corpus == "memmap":
+        if cfg.corpus == "disk":
             Segments(cfg.train_file, text_column=cfg.text_column, segment=cfg.segment, min_words=cfg.min_words,
                      dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
         elif cfg.positives != "dropout":
@@ -62,7 +62,7 @@ class CorpusLoader:
 
     def open(self, tokenizer, *, progress: bool = True) -> tuple[Corpus, str]:
         cfg = self.cfg
-        if cfg.corpus == "memmap":
+        if cfg.corpus == "disk":
             from .shards import open_sharded_corpus
 
             corpus = open_sharded_corpus(cfg, tokenizer, cache_dir=cfg.corpus_cache_dir, progress=progress)

@@ -54,7 +54,7 @@ def test_two_gloo_processes_equal_one_process(deterministic_bert, synthetic_data
         "loss": loss_name, "batch_size": 16, "max_steps": 1, "log_steps": 1, "select_on": "none",
         "max_grad_norm": None, "num_threads": 1, "max_seq_length": 16, "mini_batch_size": mini_batch_size,
         # the cached variant also reads a memory-mapped corpus: rank 0 builds it, rank 1 waits, then opens it
-        **({"corpus": "memmap", "corpus_cache_dir": str(tmp_path / "cache")} if mini_batch_size else {})}))
+        **({"corpus": "disk", "corpus_cache_dir": str(tmp_path / "cache")} if mini_batch_size else {})}))
     ddp, ddp_loss = one_step(recipe, tmp_path / "ddp", 2)
     single, single_loss = one_step(recipe, tmp_path / "single", 1)
     assert len(ddp["rng"]) == 2 and len(single["rng"]) == 1  # one RNG state per rank

@@ -56,9 +56,9 @@ def test_title_pairs_skip_untitled_documents(docs, tmp_path):
         read_pairs(untitled, positives="title")
 
 
-def test_memmap_with_pairs_is_refused():
+def test_disk_corpus_with_pairs_is_refused():
     with pytest.raises(ConfigError, match="need corpus: memory"):
-        TrainConfig(model="m", train_file="f", output_dir="o", positives="title", corpus="memmap").validate()
+        TrainConfig(model="m", train_file="f", output_dir="o", positives="title", corpus="disk").validate()
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The memory-mapped corpus (``corpus: memmap``) serves the same batches as the in-memory one, from a cache entry
+"""The memory-mapped corpus (``corpus: disk``) serves the same batches as the in-memory one, from a cache entry
 built once, in parallel, atomically; training on it is bit-identical."""
 
 from __future__ import annotations
@@ -41,19 +41,19 @@ def documents(tmp_path, synthetic_data) -> Path:
     return path
 
 
-def assert_same_corpus(memmap, memory, n: int) -> None:
-    assert len(memmap) == len(memory)
+def assert_same_corpus(on_disk, memory, n: int) -> None:
+    assert len(on_disk) == len(memory)
     plan = BatchPlan(len(memory), 16, seed=TrainConfig.seed)  # the order the in-memory corpus tokenised for
     for step in range(n):
         indices = plan.indices(step)
-        a, b = memmap.batch(indices), memory.batch(indices)
+        a, b = on_disk.batch(indices), memory.batch(indices)
         assert a.keys() == b.keys()
         for key in a:
             assert torch.equal(a[key], b[key]), key
 
 
 @pytest.mark.parametrize("kind", ["lines", "documents"])
-def test_memmap_serves_the_in_memory_batches(tmp_path, synthetic_data, documents, tokenizer, kind, monkeypatch):
+def test_on_disk_serves_the_in_memory_batches(tmp_path, synthetic_data, documents, tokenizer, kind, monkeypatch):
     # Small shards and chunks, two worker processes: sequences straddle chunk and shard boundaries.
     monkeypatch.setattr(shards, "SHARD_SEQUENCES", 100)
     monkeypatch.setattr(shards, "CHUNK", 64)
@@ -61,34 +61,34 @@ def test_memmap_serves_the_in_memory_batches(tmp_path, synthetic_data, documents
     train_file = synthetic_data["corpus"] if kind == "lines" else documents
     extra = {"max_sentences": 700} if kind == "lines" else {}
     memory, line_memory = open_corpus(config(train_file, tmp_path, **extra), tokenizer)
-    memmap, line_memmap = open_corpus(config(train_file, tmp_path, corpus="memmap", **extra), tokenizer,
+    on_disk, line_on_disk = open_corpus(config(train_file, tmp_path, corpus="disk", **extra), tokenizer,
                                       progress=False)
     # the same text figures (the in-memory corpus tokenises only what the run uses: a whole number of batches)
-    assert line_memmap.split("; tokenised")[0] == line_memory.split("; tokenised")[0]
-    assert_same_corpus(memmap, memory, n=len(memory) // 16)
-    entry = memmap.directory
-    assert len(list(entry.glob("shard-*.ids"))) == -(-memmap.stats["tokens"]["sequences"] // 100) or kind == "documents"
+    assert line_on_disk.split("; tokenised")[0] == line_memory.split("; tokenised")[0]
+    assert_same_corpus(on_disk, memory, n=len(memory) // 16)
+    entry = on_disk.directory
+    assert len(list(entry.glob("shard-*.ids"))) == -(-on_disk.stats["tokens"]["sequences"] // 100) or kind == "documents"
     if kind == "documents":
-        assert memmap.stats["text"]["dropped_duplicates"] > 0 and (entry / "rows.npy").exists()
+        assert on_disk.stats["text"]["dropped_duplicates"] > 0 and (entry / "rows.npy").exists()
 
 
 def test_second_open_reuses_the_entry_and_new_content_makes_a_new_one(tmp_path, synthetic_data, tokenizer,
                                                                       monkeypatch):
     corpus_file = tmp_path / "corpus.txt"
     corpus_file.write_text(synthetic_data["corpus"].read_text())
-    first, _ = open_corpus(config(corpus_file, tmp_path, corpus="memmap"), tokenizer, progress=False)
+    first, _ = open_corpus(config(corpus_file, tmp_path, corpus="disk"), tokenizer, progress=False)
     built = []
     real_build = shards.build_shards
     monkeypatch.setattr(shards, "build_shards", lambda *a, **k: built.append(1) or real_build(*a, **k))
-    again, _ = open_corpus(config(corpus_file, tmp_path, corpus="memmap"), tokenizer, progress=False)
+    again, _ = open_corpus(config(corpus_file, tmp_path, corpus="disk"), tokenizer, progress=False)
     assert not built and again.directory == first.directory
     copy = tmp_path / "copy.txt"  # same content, other name: the same entry
     copy.write_text(corpus_file.read_text())
-    assert open_corpus(config(copy, tmp_path, corpus="memmap"), tokenizer, progress=False)[0].directory == first.directory
+    assert open_corpus(config(copy, tmp_path, corpus="disk"), tokenizer, progress=False)[0].directory == first.directory
     corpus_file.write_text(corpus_file.read_text() + "one more sentence of words\n")
-    changed, _ = open_corpus(config(corpus_file, tmp_path, corpus="memmap"), tokenizer, progress=False)
+    changed, _ = open_corpus(config(corpus_file, tmp_path, corpus="disk"), tokenizer, progress=False)
     assert built and changed.directory != first.directory and len(changed) == len(first) + 1
-    other_length, _ = open_corpus(config(corpus_file, tmp_path, corpus="memmap", max_seq_length=8), tokenizer,
+    other_length, _ = open_corpus(config(corpus_file, tmp_path, corpus="disk", max_seq_length=8), tokenizer,
                                   progress=False)
     assert other_length.directory not in (first.directory, changed.directory)
 
@@ -107,7 +107,7 @@ def test_a_failed_build_leaves_no_entry(tmp_path, synthetic_data, tokenizer, mon
     monkeypatch.setattr(shards, "_tokenise", fails_on_third_chunk)
     monkeypatch.setattr(shards.os, "cpu_count", lambda: 1)  # in-process, so that the patch applies
     with pytest.raises(KeyboardInterrupt):
-        open_corpus(config(synthetic_data["corpus"], tmp_path, corpus="memmap"), tokenizer, progress=False)
+        open_corpus(config(synthetic_data["corpus"], tmp_path, corpus="disk"), tokenizer, progress=False)
     assert list((tmp_path / "cache").iterdir()) == []
 
 
@@ -115,7 +115,7 @@ def test_bad_documents_fail_with_their_line_and_cache_nothing(tmp_path, tokenize
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine words in a line"}\n{not json\n')
     with pytest.raises(DataError, match="bad.jsonl:2: invalid JSON"):
-        open_corpus(config(bad, tmp_path, corpus="memmap"), tokenizer, progress=False)
+        open_corpus(config(bad, tmp_path, corpus="disk"), tokenizer, progress=False)
     assert not any((tmp_path / "cache").glob("*/meta.json"))
 
 
@@ -124,15 +124,15 @@ def read_metrics(out: Path) -> list[dict]:
             for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_training_on_memmap_equals_training_in_memory(tiny_bert, synthetic_data, tmp_path):
+def test_training_on_disk_equals_training_in_memory(tiny_bert, synthetic_data, tmp_path):
     base = {"model": str(tiny_bert), "train_file": str(synthetic_data["corpus"]), "batch_size": 16, "max_steps": 6,
             "log_steps": 1, "select_on": "none", "max_seq_length": 16, "seed": 3, "num_threads": 1}
     mixcse.train(base | {"output_dir": str(tmp_path / "memory")})
-    mixcse.train(base | {"output_dir": str(tmp_path / "memmap"), "corpus": "memmap",
+    mixcse.train(base | {"output_dir": str(tmp_path / "disk"), "corpus": "disk",
                          "corpus_cache_dir": str(tmp_path / "cache")})
-    assert read_metrics(tmp_path / "memory") == read_metrics(tmp_path / "memmap")
+    assert read_metrics(tmp_path / "memory") == read_metrics(tmp_path / "disk")
     a = torch.load(tmp_path / "memory/checkpoint/state.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "memmap/checkpoint/state.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "disk/checkpoint/state.pt", weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
