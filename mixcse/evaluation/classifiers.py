@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.model_selection import StratifiedKFold
 
+from . import batched_logreg, batched_probe
+
 SEED = 1111
+ENGINES = ("fast", "reference")  # every probe has a fast path and the plain one it is tested against
 
 
 def stratified_folds(y: np.ndarray, k: int, seed: int = SEED) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -88,8 +91,16 @@ class SklearnLR:
     multiclass_tol: float = 1e-6  # lbfgs: see above
     center: bool = True
     warm_start: bool = True
+    engine: str = "fast"  # two-class tasks: batched_logreg; "reference": one scikit-learn fit at a time
     name: str = "sklearn-converged"
     _warm: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+
+    def _batched(self, y, problems) -> bool:
+        return self.engine == "fast" and batched_logreg.applicable(y, problems)
 
     @property
     def grid_inner(self) -> list[float]:  # inner CV (MR/CR/SUBJ/MPQA) and dev-split selection (SST-2)
@@ -136,6 +147,8 @@ class SklearnLR:
         """For each problem (train idx, validation idx) and each regulariser: validation accuracy, and the
         predictions on tests[problem] if given. Returns (acc [P, R], preds [P][R] or None)."""
         X, y = np.asarray(X), np.asarray(y)
+        if self._batched(y, problems):
+            return batched_logreg.scan(X, y, problems, regs, tests)
         acc = np.zeros((len(problems), len(regs)))
         preds = [[None] * len(regs) for _ in problems] if tests is not None else None
         for p, (tr, va) in enumerate(problems):
@@ -154,6 +167,8 @@ class SklearnLR:
         """Fit problem p's training indices with regs[p] (its validation part, if any, is unused: sklearn has no
         early stopping) and predict tests[p]."""
         X, y = np.asarray(X), np.asarray(y)
+        if self._batched(y, problems):
+            return batched_logreg.fit_predict(X, y, problems, regs, tests)
         out = []
         for (tr, _), C, T in zip(problems, regs, tests):
             A, Tc = self._centred(X, tr, T)
@@ -191,6 +206,7 @@ class TorchLR:
     epoch_size: int = 0
     max_epoch: int = 200
     validation_split: float = 0.05  # for refits without a validation set (SentEval's value)
+    engine: str = "fast"  # "reference": the plain batched loop the fast one is tested against
     name: str = "senteval-pytorch"
 
     def __post_init__(self):
@@ -202,6 +218,8 @@ class TorchLR:
                 setattr(self, k, v)
         if self.optim not in ("adam", "rmsprop"):
             raise ValueError(f"optim must be 'adam' or 'rmsprop', not {self.optim!r}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
 
     grid_inner = grid_kfold = property(lambda self: [10.0 ** t for t in range(-5, -1)])
 
@@ -219,10 +237,17 @@ class TorchLR:
         """Train len(problems) x wd.shape[1] probes; return best (W, b) and best validation accuracy of each."""
         import torch  # imported before single_threaded() so that its thread count is limited too
 
-        with single_threaded(), torch.no_grad():
-            return self._train_batched(torch, X, y, problems, np.asarray(wd, dtype=np.float32))
+        wd = np.asarray(wd, dtype=np.float32)
+        with single_threaded():
+            if self.engine == "reference":
+                with torch.no_grad():
+                    return self._train_batched(X, y, problems, wd)
+            with torch.inference_mode():
+                return batched_probe.train(self, X, y, problems, wd)
 
-    def _train_batched(self, torch, X, y, problems, wd):
+    def _train_batched(self, X, y, problems, wd):
+        import torch
+
         P, R = wd.shape
         X = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
         y_np = np.asarray(y, dtype=np.int64)
