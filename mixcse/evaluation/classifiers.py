@@ -395,8 +395,8 @@ def classifier_name(kind: str) -> str:
     return name
 
 
-def make_classifier(kind: str = DEFAULT_CLASSIFIER, mode: str = "test", seed: int = SEED):
-    return CLASSIFIERS[classifier_name(kind)](seed=seed, fast=mode == "fasttest")
+def make_classifier(kind: str = DEFAULT_CLASSIFIER, mode: str = "test", seed: int = SEED, engine: str = "fast"):
+    return CLASSIFIERS[classifier_name(kind)](seed=seed, fast=mode == "fasttest", engine=engine)
 
 
 # --------------------------------------------------------------------------------------------------- protocols
