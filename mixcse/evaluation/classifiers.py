@@ -9,10 +9,14 @@ back-ends, chosen by name with `make_classifier(name, mode)`:
 Fold splits, seeds, grids, the order of the data and the rounding of intermediate scores follow SentEval,
 because each of them moves the reported accuracy. docs/evaluation-protocol.md says why the two back-ends differ.
 
-Speed: a probe is refit hundreds of times per task (600 fits for one 10-fold inner-CV task). The sklearn path
-solves each fit to convergence with Newton steps from a warm start (see `SklearnLR`); the torch path trains
-all regularisation strengths of one split as one batched model -- SentEval seeds every probe identically, so
-they all see the same batch order anyway. Both run on one thread: the problems are too small to share.
+Speed: a probe is refit hundreds of times per task (600 fits for one 10-fold inner-CV task). Each back-end has
+two engines (`engine=`): "fast", the default, and "reference", the plain loop the fast one is tested against.
+The torch path trains all folds x regularisation strengths of a protocol step as one batched model --
+SentEval seeds every probe identically, so they all see the same batch order anyway -- and its fast engine
+(`batched_probe`) does the same computation in fewer, larger kernels. The sklearn path's reference solves each
+fit with scikit-learn's Newton steps from a warm start (see `SklearnLR`); its fast engine (`batched_logreg`)
+solves all folds of a two-class task together to the exact optimum. Both run on one thread: the problems are
+too small to share.
 """
 from __future__ import annotations
 
@@ -182,7 +186,10 @@ class SklearnLR:
                 "solved_to_convergence": True,
                 "centred_features": self.center, "warm_starts": self.warm_start, "dtype": "float32",
                 "C_grid_inner_cv": self.grid_inner, "C_grid_kfold": self.grid_kfold,
-                "C_grid_dev_split": self.grid_inner, "seed": self.seed}
+                "C_grid_dev_split": self.grid_inner, "seed": self.seed, "engine": self.engine,
+                **({"two_class_folds": "solved together to the exact optimum (batched_logreg: preconditioned "
+                                       f"Newton, gradient tolerance {batched_logreg.TOL})"}
+                   if self.engine == "fast" else {})}
 
 
 @dataclass
@@ -378,7 +385,7 @@ class TorchLR:
                 "optim": self.optim, "lr": 1e-3 if self.optim == "adam" else 1e-2, "batch_size": self.batch_size,
                 "tenacity": self.tenacity, "epoch_size": self.epoch_size, "max_epoch": self.max_epoch,
                 "refit_validation_split": self.validation_split, "l2_grid": self.grid_inner, "seed": self.seed,
-                "batched": "all folds x regularisers of a protocol step trained together"}
+                "batched": "all folds x regularisers of a protocol step trained together", "engine": self.engine}
 
 
 DEFAULT_CLASSIFIER = "senteval-pytorch"
