@@ -1,9 +1,12 @@
 """Time a full evaluation on the plain reference paths and on the fast ones, side by side in one run.
 
 all-MiniLM-L6-v2, all 14 tasks + analysis, test mode, SentEval's data (../shared/data/downstream), no cache:
-  1. `evaluate(reference=True)`: unit-by-unit encoding, the senteval-pytorch probe's reference engine;
-  2. `evaluate()`: the defaults (shared rows on parallel threads, the fast engine);
-then the sklearn-converged probe on the same embeddings (from the runs' caches), reference engine then fast.
+  1. `evaluate(workers=2)`: shared rows on parallel threads, the fast engine, probes in 2 processes;
+  2. the sklearn-converged probe on those embeddings (from the run's cache), reference engine then fast engine,
+     each in one process;
+  3. `evaluate(reference=True)`: unit-by-unit encoding, the senteval-pytorch probe's reference engine, one
+     process.
+The JSON is written after stages 2 and 3 ("complete": false until the end).
 Checks that the two runs' embeddings are bit-identical (their cached unit files), and compares every score.
 
     python benchmarks/eval_speed.py                  # ~15-20 min on 2 vCPUs
@@ -61,46 +64,11 @@ def same_units(a: Path, b: Path) -> bool:
         all(np.array_equal(np.load(a / f), np.load(b / f)) for f in files)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", default="all")
-    ap.add_argument("--no-write", action="store_true")
-    args = ap.parse_args()
-    model = minilm_path()
-    with tempfile.TemporaryDirectory() as tmp:
-        ref_cache, fast_cache = Path(tmp) / "reference", Path(tmp) / "fast"
-        plain, plain_wall = timed_eval("reference, end to end", model, args.tasks, reference=True,
-                                       cache_dir=ref_cache)
-        fast, fast_wall = timed_eval("fast, end to end", model, args.tasks, cache_dir=fast_cache)
-        identical_embeddings = same_units(ref_cache, fast_cache)
-        transfer = [t for t in TRANSFER_TASKS if t in plain.get("transfer", {})]
-        sk_plain = sk_fast = None
-        if transfer:
-            sk_plain, _ = timed_eval("sklearn-converged, reference engine", model, ",".join(transfer),
-                                     classifier="sklearn-converged", reference=True, cache_dir=fast_cache)
-            sk_fast, _ = timed_eval("sklearn-converged, fast engine", model, ",".join(transfer),
-                                    classifier="sklearn-converged", cache_dir=fast_cache)
-
-    sts_plain = {t: v["spearman"] for t, v in plain.get("sts", {}).items()}
-    sts_fast = {t: v["spearman"] for t, v in fast.get("sts", {}).items()}
-    sts_equal = all(sts_plain[t] == sts_fast[t] or (math.isnan(sts_plain[t]) and math.isnan(sts_fast[t]))
-                    for t in sts_plain)
-    p_plain, p_fast = phases(plain), phases(fast)
-    payload = {
-        "model": "all-MiniLM-L6-v2", "tasks": plain["settings"]["tasks"], "mode": "test",
-        "protocol": "senteval-pytorch (the default)",
-        "speedup_end_to_end": round(plain_wall / fast_wall, 3),
-        "max_abs_diff_transfer": round(max_diff(transfer_scores(plain), transfer_scores(fast)), 4),
-        "sts_identical": sts_equal,
-        "embeddings_identical": identical_embeddings,
-        "wall_seconds": {"reference": round(plain_wall, 2), "fast": round(fast_wall, 2)},
-        "phases_seconds": {"reference": p_plain, "fast": p_fast},
-        "speedup_per_phase": {k: round(p_plain[k] / p_fast[k], 3) for k in ("encode", "transfer", "total")
-                              if p_fast[k] > 0},
-        "encoding": {"reference": plain["settings"]["encoding"], "fast": fast["settings"]["encoding"]},
-        "reference": {"sts": sts_plain, **transfer_side(plain), "cpu_seconds": plain["settings"]["cpu_seconds"]},
-        "fast": {"sts": sts_fast, **transfer_side(fast), "cpu_seconds": fast["settings"]["cpu_seconds"]},
-    }
+def report(model_tasks: list[str], workers: int, plain, plain_wall, fast, fast_wall, identical_embeddings,
+           sk_plain, sk_fast) -> dict:
+    payload: dict = {"model": "all-MiniLM-L6-v2", "tasks": model_tasks, "mode": "test",
+                     "protocol": "senteval-pytorch (the default)", "workers": {"reference": 1, "fast": workers},
+                     "complete": plain is not None and sk_plain is not None}
     if sk_plain is not None:
         a, b = transfer_side(sk_plain), transfer_side(sk_fast)
         total_a, total_b = sum(a["seconds"].values()), sum(b["seconds"].values())
@@ -109,16 +77,69 @@ def main() -> None:
             "max_abs_diff_transfer": round(max_diff(a["acc"], b["acc"]), 4),
             "probe_seconds": {"reference": round(total_a, 2), "fast": round(total_b, 2)},
             "reference": a, "fast": b}
+        print(f"sklearn-converged probes: {total_a:.1f} s -> {total_b:.1f} s "
+              f"({payload['sklearn_converged']['speedup_probes']}x), largest difference "
+              f"{payload['sklearn_converged']['max_abs_diff_transfer']} points", flush=True)
+    p_fast = phases(fast)
+    payload["fast"] = {"wall_seconds": round(fast_wall, 2), "phases_seconds": p_fast,
+                       "encoding": fast["settings"]["encoding"],
+                       "sts": {t: v["spearman"] for t, v in fast.get("sts", {}).items()}, **transfer_side(fast),
+                       "cpu_seconds": fast["settings"]["cpu_seconds"]}
+    if plain is None:
+        return payload
+    sts_plain = {t: v["spearman"] for t, v in plain.get("sts", {}).items()}
+    sts_fast = payload["fast"]["sts"]
+    sts_equal = all(sts_plain[t] == sts_fast[t] or (math.isnan(sts_plain[t]) and math.isnan(sts_fast[t]))
+                    for t in sts_plain)
+    p_plain = phases(plain)
+    payload.update({
+        "speedup_end_to_end": round(plain_wall / fast_wall, 3),
+        "max_abs_diff_transfer": round(max_diff(transfer_scores(plain), transfer_scores(fast)), 4),
+        "sts_identical": sts_equal,
+        "embeddings_identical": identical_embeddings,
+        "wall_seconds": {"reference": round(plain_wall, 2), "fast": round(fast_wall, 2)},
+        "speedup_per_phase": {k: round(p_plain[k] / p_fast[k], 3) for k in ("encode", "transfer", "total")
+                              if p_fast[k] > 0},
+        "reference": {"wall_seconds": round(plain_wall, 2), "phases_seconds": p_plain,
+                      "encoding": plain["settings"]["encoding"], "sts": sts_plain, **transfer_side(plain),
+                      "cpu_seconds": plain["settings"]["cpu_seconds"]},
+    })
     print(f"end to end: {plain_wall:.1f} s -> {fast_wall:.1f} s ({payload['speedup_end_to_end']}x); "
           f"STS identical: {sts_equal}; embeddings identical: {identical_embeddings}; "
-          f"largest transfer difference: {payload['max_abs_diff_transfer']} points")
-    if sk_plain is not None:
-        sk = payload["sklearn_converged"]
-        print(f"sklearn-converged probes: {sk['probe_seconds']['reference']:.1f} s -> "
-              f"{sk['probe_seconds']['fast']:.1f} s ({sk['speedup_probes']}x), largest difference "
-              f"{sk['max_abs_diff_transfer']} points")
-    if not args.no_write:
-        write_result("eval_speed", payload)
+          f"largest transfer difference: {payload['max_abs_diff_transfer']} points", flush=True)
+    return payload
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default="all")
+    ap.add_argument("--workers", type=int, default=2, help="transfer probe processes on the fast side (the "
+                    "reference side runs in one process, as the plain path does); default 2")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    model = minilm_path()
+
+    def save(*parts):  # after every stage, so that a cut-off run still leaves its figures
+        payload = report(fast["settings"]["tasks"], args.workers, *parts)
+        if not args.no_write:
+            write_result("eval_speed", payload)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ref_cache, fast_cache = Path(tmp) / "reference", Path(tmp) / "fast"
+        # the fast side first: the sklearn-converged comparison reads its cached embeddings
+        fast, fast_wall = timed_eval("fast, end to end", model, args.tasks, cache_dir=fast_cache,
+                                     workers=args.workers)
+        transfer = [t for t in TRANSFER_TASKS if t in fast.get("transfer", {})]
+        sk_plain = sk_fast = None
+        if transfer:
+            sk_plain, _ = timed_eval("sklearn-converged, reference engine", model, ",".join(transfer),
+                                     classifier="sklearn-converged", reference=True, cache_dir=fast_cache)
+            sk_fast, _ = timed_eval("sklearn-converged, fast engine", model, ",".join(transfer),
+                                    classifier="sklearn-converged", cache_dir=fast_cache)
+        save(None, None, fast, fast_wall, None, sk_plain, sk_fast)
+        plain, plain_wall = timed_eval("reference, end to end", model, args.tasks, reference=True,
+                                       cache_dir=ref_cache)
+        save(plain, plain_wall, fast, fast_wall, same_units(ref_cache, fast_cache), sk_plain, sk_fast)
 
 
 if __name__ == "__main__":

@@ -91,11 +91,12 @@ class SklearnLR:
     solver: str = "newton-cholesky"  # binary problems
     multiclass_solver: str = "lbfgs"
     max_iter: int = 1000
-    tol: float = 1e-4  # sklearn's default; enough for Newton steps
+    tol: float = 1e-8  # at sklearn's default 1e-4 the last Newton step was skipped where it still moved a
+    # validation prediction: all-MiniLM-L6-v2's MPQA / SUBJ scored 87.62 / 92.17, the optimum's 87.65 / 92.21
     multiclass_tol: float = 1e-6  # lbfgs: see above
     center: bool = True
     warm_start: bool = True
-    engine: str = "fast"  # two-class tasks: batched_logreg; "reference": one scikit-learn fit at a time
+    engine: str = "fast"  # all folds of a task together (batched_logreg); "reference": one scikit-learn fit at a time
     name: str = "sklearn-converged"
     _warm: dict = field(default_factory=dict, repr=False)
 
