@@ -44,6 +44,10 @@ def phases(res: dict) -> dict:
             "transfer": sum(sec.get(t, 0.0) for t in TRANSFER_TASKS), "total": sec["total"]}
 
 
+def sts_scores(res: dict) -> dict:
+    return {t: v["spearman"] for t, v in res.get("sts", {}).items() if t != "avg"}
+
+
 def transfer_scores(res: dict) -> dict:
     return {t: v["acc"] for t, v in res.get("transfer", {}).items() if t != "avg"}
 
@@ -83,11 +87,11 @@ def report(model_tasks: list[str], workers: int, plain, plain_wall, fast, fast_w
     p_fast = phases(fast)
     payload["fast"] = {"wall_seconds": round(fast_wall, 2), "phases_seconds": p_fast,
                        "encoding": fast["settings"]["encoding"],
-                       "sts": {t: v["spearman"] for t, v in fast.get("sts", {}).items()}, **transfer_side(fast),
+                       "sts": sts_scores(fast), **transfer_side(fast),
                        "cpu_seconds": fast["settings"]["cpu_seconds"]}
     if plain is None:
         return payload
-    sts_plain = {t: v["spearman"] for t, v in plain.get("sts", {}).items()}
+    sts_plain = sts_scores(plain)
     sts_fast = payload["fast"]["sts"]
     sts_equal = all(sts_plain[t] == sts_fast[t] or (math.isnan(sts_plain[t]) and math.isnan(sts_fast[t]))
                     for t in sts_plain)

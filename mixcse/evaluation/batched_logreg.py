@@ -4,7 +4,7 @@ feature matrix, solved together to the exact optimum.
     solve(Xa, labels, members, C, W0=None, tol=TOL, classes=2) -> W     # one C for all problems
     scan(X, y, problems, Cs, tests=None)  -> (acc [P, R], preds [P][R] or None)
     fit_predict(X, y, problems, Cs, tests) -> [predictions per problem]
-    applicable(y, problems) -> bool
+    applicable(y, problems, max_classes=MAX_CLASSES) -> bool   # what the probe routes here: two classes
 
 The objective is scikit-learn's LogisticRegression's: C * sum(log-loss over the problem's rows) + |w|^2 / 2 with
 an unpenalised intercept, one logit for two classes and one per class (multinomial) otherwise; predictions are
@@ -26,6 +26,9 @@ from scipy.special import expit
 TOL = 1e-10  # scikit-learn's default is 1e-4; the optimum is unique, so a tighter stop only removes solver noise
 MAX_ITER = 500
 MIN_PROBLEMS = 2
+# Routed here: two-class tasks. `solve` handles several classes too, but with its per-class block
+# preconditioner TREC's six classes took twice scikit-learn's lbfgs time, so multi-class tasks stay there.
+MAX_CLASSES = 2
 CG_RTOL, CG_MAX = 1e-2, 50  # inexact Newton: each step solved to 1% of the gradient's norm
 
 
@@ -206,13 +209,14 @@ def fit_predict(X, y, problems, Cs, tests):
     return out
 
 
-def applicable(y, problems) -> bool:
-    """Every class in every problem's training rows (scikit-learn would fit another model otherwise), and
-    enough problems to share the work (one problem alone, e.g. SST-2's dev split, is solved faster by
+def applicable(y, problems, max_classes: int = MAX_CLASSES) -> bool:
+    """At most `max_classes` classes, each in every problem's training rows (scikit-learn would fit another
+    model otherwise), and enough problems to share the work (one problem alone, e.g. SST-2's dev split, is solved faster by
     scikit-learn's own Newton solver)."""
     y = np.asarray(y)
     k = len(np.unique(y))
-    return len(problems) >= MIN_PROBLEMS and k >= 2 and all(len(np.unique(y[tr])) == k for tr, _ in problems)
+    return len(problems) >= MIN_PROBLEMS and 2 <= k <= max_classes and \
+        all(len(np.unique(y[tr])) == k for tr, _ in problems)
 
 
 __all__ = ["solve", "scan", "fit_predict", "applicable", "TOL"]
