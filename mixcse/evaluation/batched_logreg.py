@@ -4,7 +4,7 @@ feature matrix, solved together to the exact optimum.
     solve(Xa, labels, members, C, W0=None, tol=TOL, classes=2) -> W     # one C for all problems
     scan(X, y, problems, Cs, tests=None)  -> (acc [P, R], preds [P][R] or None)
     fit_predict(X, y, problems, Cs, tests) -> [predictions per problem]
-    applicable(y, problems, max_classes=MAX_CLASSES) -> bool   # what the probe routes here: two classes
+    applicable(y, problems, max_classes=MAX_CLASSES) -> bool   # what the probe routes here
 
 The objective is scikit-learn's LogisticRegression's: C * sum(log-loss over the problem's rows) + |w|^2 / 2 with
 an unpenalised intercept, one logit for two classes and one per class (multinomial) otherwise; predictions are
@@ -12,8 +12,8 @@ an unpenalised intercept, one logit for two classes and one per class (multinomi
 problem is a 0/1 membership row over the shared matrix, so one matrix product evaluates all problems at once
 (scan: all folds of a task, one C at a time, warm-started from the previous C's solutions, ascending). Each
 iteration is an inexact Newton step by conjugate gradients, preconditioned with the Hessian averaged over the
-problems (factorised once per C; for several classes, its per-class blocks) -- within the sampling noise of
-overlapping folds of each problem's own -- and a backtracking line search per problem. The stopping rule is
+problems (factorised once per C) -- within the sampling noise of overlapping folds of each problem's own -- and
+a backtracking line search per problem. The stopping rule is
 scikit-learn's (the largest gradient entry of the objective divided by C times the number of rows), at a
 tolerance far below its default: the solutions are the exact optima that scikit-learn's solvers approach.
 """
@@ -26,9 +26,7 @@ from scipy.special import expit
 TOL = 1e-10  # scikit-learn's default is 1e-4; the optimum is unique, so a tighter stop only removes solver noise
 MAX_ITER = 500
 MIN_PROBLEMS = 2
-# Routed here: two-class tasks. `solve` handles several classes too, but with its per-class block
-# preconditioner TREC's six classes took twice scikit-learn's lbfgs time, so multi-class tasks stay there.
-MAX_CLASSES = 2
+MAX_CLASSES = 8  # multinomial preconditioner: (classes x features)^2; TREC has 6 classes
 CG_RTOL, CG_MAX = 1e-2, 50  # inexact Newton: each step solved to 1% of the gradient's norm
 
 
@@ -75,13 +73,27 @@ class _Model:
         return self._back(self.C * T * self.rows, V)
 
     def preconditioner(self, S, todo):
-        """One Cholesky factor per logit: that logit's Hessian block, averaged over the open problems."""
-        curv = self.C * (S * (1 - S) * self.rows)[:, todo].mean(1)  # (n, K)
-        return [cho_factor(self.Xa.T @ (self.Xa * curv[:, k:k + 1]) + np.diag(self.pen)) for k in range(self.K)]
-
-
-def _apply(factors, R):
-    return np.stack([cho_solve(f, R[:, k].T).T for k, f in enumerate(factors)], axis=1)
+        """The Hessian averaged over the open problems, Cholesky-factorised: a function R (P, K, D) -> H^-1 R.
+        Several classes: all K x K blocks (the cross-class ones matter), and a ridge of 1e-10 of the largest
+        diagonal entry on the intercepts, where adding one number to every class's intercept changes nothing."""
+        D, K = self.Xa.shape[1], self.K
+        Sm = S[:, todo] * self.rows[:, todo] * self.C  # (n, open, K): C m_p S_pk
+        H = np.zeros((K * D, K * D))
+        for k in range(K):
+            for j in range(k, K):
+                if K == 1:
+                    w = (Sm[..., 0] * (1 - S[:, todo, 0])).mean(1)
+                else:  # d2/dz_k dz_j of log-sum-exp: S_k (delta_kj - S_j)
+                    w = ((Sm[..., k] if k == j else 0.0) - Sm[..., k] * S[:, todo, j]).mean(1)
+                block = self.Xa.T @ (self.Xa * w[:, None])
+                H[k * D:(k + 1) * D, j * D:(j + 1) * D] = block
+                H[j * D:(j + 1) * D, k * D:(k + 1) * D] = block.T
+        H[np.diag_indices(K * D)] += np.tile(self.pen, K)
+        if K > 1:
+            ends = np.arange(1, K + 1) * D - 1
+            H[ends, ends] += 1e-10 * H.diagonal().max()
+        factor = cho_factor(H)
+        return lambda R: cho_solve(factor, R.reshape(len(R), -1).T).T.reshape(R.shape)
 
 
 def _dot(A, B):
@@ -98,7 +110,7 @@ def solve(Xa: np.ndarray, labels: np.ndarray, members: np.ndarray, C: float, W0:
     model = _Model(Xa, np.asarray(labels, dtype=np.int64 if K > 1 else np.float64), members, C, K)
     W = np.zeros((P, K, D)) if W0 is None else np.array(W0, dtype=np.float64).reshape(P, K, D)
     scale = C * members.sum(1)  # scikit-learn's gradient scale: C x rows
-    factors = None
+    precondition = None
     Z = model.logits(W)
     for _ in range(max_iter):
         S = model.probs(Z)
@@ -106,9 +118,9 @@ def solve(Xa: np.ndarray, labels: np.ndarray, members: np.ndarray, C: float, W0:
         todo = np.abs(G).reshape(P, -1).max(1) / scale > tol
         if not todo.any():
             break
-        if factors is None:  # the preconditioner: the Hessian averaged over the open problems, once per solve
-            factors = model.preconditioner(S, todo)
-        step = _newton_step(model, S, G, todo, factors)
+        if precondition is None:  # the Hessian averaged over the open problems, once per solve
+            precondition = model.preconditioner(S, todo)
+        step = _newton_step(model, S, G, todo, precondition)
         ZS = model.logits(step)
         f0 = model.objective(Z, W)
         slope = _dot(G, step)
@@ -124,12 +136,12 @@ def solve(Xa: np.ndarray, labels: np.ndarray, members: np.ndarray, C: float, W0:
     return W[:, 0] if K == 1 else W
 
 
-def _newton_step(model, S, G, todo, factors, rtol=CG_RTOL, max_cg=CG_MAX):
+def _newton_step(model, S, G, todo, precondition, rtol=CG_RTOL, max_cg=CG_MAX):
     """Each open problem's Newton step H_p x = -G_p by conjugate gradients preconditioned with the shared
     Hessian; Hessian-vector products of all problems are two matrix products."""
     x = np.zeros_like(G)
     r = np.where(todo[:, None, None], -G, 0.0)
-    z = _apply(factors, r)
+    z = precondition(r)
     p = z.copy()
     rz = _dot(r, z)
     target = rtol * np.sqrt(_dot(r, r))
@@ -142,7 +154,7 @@ def _newton_step(model, S, G, todo, factors, rtol=CG_RTOL, max_cg=CG_MAX):
         alpha = np.where(live, rz / np.where(live & (pHp > 0), pHp, 1.0), 0.0)
         x += alpha[:, None, None] * p
         r -= alpha[:, None, None] * Hp
-        z = _apply(factors, r)
+        z = precondition(r)
         rz_new = _dot(r, z)
         beta = np.where(live, rz_new / np.where(rz > 0, rz, 1.0), 0.0)
         p = z + beta[:, None, None] * p
