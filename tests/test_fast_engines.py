@@ -99,11 +99,11 @@ def test_batched_solver_reaches_each_problems_optimum():
             assert w[-1] == pytest.approx(exact.intercept_[0], abs=1e-6)
 
 
-def test_sklearn_fast_engine_multiclass_equals_reference_and_leaves_single_problems_to_scikit_learn():
+def test_sklearn_fast_engine_leaves_multiclass_tasks_and_single_problems_to_scikit_learn():
     _, ytr, _, _ = TREC
-    assert batched_logreg.applicable(ytr, [(np.arange(len(ytr)), None)] * 3)
-    assert not batched_logreg.applicable(ytr, [(np.arange(len(ytr)), None)] * 3, max_classes=5)
-    assert not batched_logreg.applicable(ytr, [(np.flatnonzero(ytr != 5), None)] * 3)  # a class missing
+    assert not batched_logreg.applicable(ytr, [(np.arange(len(ytr)), None)] * 3)  # six classes: lbfgs
+    assert batched_logreg.applicable(ytr, [(np.arange(len(ytr)), None)] * 3, max_classes=6)
+    assert not batched_logreg.applicable(ytr, [(np.flatnonzero(ytr != 5), None)] * 3, max_classes=6)  # one missing
     X, y = CR
     assert not batched_logreg.applicable(y, [(np.arange(len(y)), None)])  # one problem
     fast, plain = both("sklearn-converged", "test", kfold_then_test, *TREC, k=5)
