@@ -225,8 +225,8 @@ def fit_predict(X, y, problems, Cs, tests):
 
 def applicable(y, problems, max_classes: int = MAX_CLASSES) -> bool:
     """At most `max_classes` classes, each in every problem's training rows (scikit-learn would fit another
-    model otherwise), and enough problems to share the work (one problem alone, e.g. SST-2's dev split, is solved faster by
-    scikit-learn's own Newton solver)."""
+    model otherwise), and enough problems to share the work (one problem alone, e.g. SST-2's dev split, is
+    solved faster by scikit-learn's own Newton solver)."""
     y = np.asarray(y)
     k = len(np.unique(y))
     return len(problems) >= MIN_PROBLEMS and 2 <= k <= max_classes and \

@@ -7,8 +7,10 @@ SentEval's never-reset patience count). `clf` is a `classifiers.TorchLR` (its se
 has the shapes of `TorchLR._train_batched`: W (P, R, classes, d), b (P, R, classes), best validation accuracy
 (P, R). Same computation as the reference loop up to float rounding; what makes it cheaper:
   * the bias is a weight column on a constant-1 feature, so one batched matmul and one optimiser update per step;
-  * logits are laid out (problem, regulariser, class, sample): the softmax runs along the batch, not over a
-    2-long class axis, and the weight gradient is a plain batched matmul with no transposed copy;
+  * two classes: the softmax is the sigmoid of the logit difference and the two rows' data gradients are each
+    other's negatives, so one matmul each way instead of two (the matmuls were most of the time);
+  * otherwise logits are laid out (problem, regulariser, class, sample): the softmax runs along the batch, not
+    over a short class axis, and the weight gradient is a plain batched matmul with no transposed copy;
   * the mini-batch rows of every problem are gathered into one preallocated buffer, the optimiser update is a
     handful of in-place kernels with per-problem bias corrections, and the rare steps where some problems have
     already finished their epoch update only those problems (instead of masking every tensor on every step);
