@@ -230,7 +230,7 @@ def encode_units(encoder: Encoder, units: dict[str, list[str]], *, batch_size: i
     else:
         fresh = {name: encode_raw(encoder, unique, batch_size, show_progress=show_progress)
                  for name, unique in lists.items()}
-        stats["computation"] = "task by task"
+        stats["computation"] = "task by task" if lists else "all from the cache"
     for name, (unique, path) in pending.items():
         if path is not None:
             _write_unit(path, fresh[name], fp)

@@ -152,8 +152,9 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
                                     reference=reference)
     seconds["encode"] = time.perf_counter() - t0
     if senteval:
-        log(f"encoded {enc_stats['encoded']} sentences, {enc_stats['cache_hits']} from cache, task by task "
-            f"({enc_stats['distinct_sentences']} distinct) in {seconds['encode']:.1f} s")
+        log(f"encoded {enc_stats['encoded']} sentences, {enc_stats['cache_hits']} from cache, "
+            f"{enc_stats.get('computation', 'task by task')} ({enc_stats['distinct_sentences']} distinct) in "
+            f"{seconds['encode']:.1f} s")
 
     def embedder(task: str) -> _Embeddings:
         index, emb = units[task]
