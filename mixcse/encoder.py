@@ -89,6 +89,82 @@ class SentenceEncoder:
 
     __call__ = encode
 
+    def _widths(self, lengths: np.ndarray, batch_size: int) -> np.ndarray:
+        """The padded width `encode` gives each sentence: its length-sorted batch's longest."""
+        order = np.argsort(-lengths, kind="stable")
+        width = np.empty(len(lengths), dtype=np.int64)
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            width[idx] = lengths[idx[0]]
+        return width
+
+    def _forward(self, rows: list[list[int]], width: int) -> np.ndarray:
+        with torch.inference_mode():  # thread-local: set in each worker thread
+            batch = self.tokenizer.pad({"input_ids": rows}, padding="max_length", max_length=width,
+                                       return_tensors="pt")
+            return self.encoder({k: v.to(self.device) for k, v in batch.items()}, use_head=None).float().cpu().numpy()
+
+    def rows_are_independent(self, sentences: list[str], batch_size: int = 64) -> bool:
+        """Whether a sentence's embedding depends only on its padded width, not on its batch-mates or the batch
+        size, here: one of `encode`'s batches against the same rows reversed, in batches of a different size."""
+        ids = self.tokenizer(list(sentences[:batch_size]), truncation=True, max_length=self.max_seq_length)["input_ids"]
+        width = max(len(x) for x in ids)
+        whole = self._forward(ids, width)
+        half = max(len(ids) // 2, 1)
+        rev = ids[::-1]
+        parts = np.concatenate([self._forward(rev[:half], width), self._forward(rev[half:], width)])[::-1] \
+            if len(ids) > 1 else self._forward(rev, width)
+        return bool(np.array_equal(whole, parts))
+
+    def encode_units(self, units: dict[str, list[str]], batch_size: int = 64, show_progress: bool = False,
+                     threads: int | None = None) -> dict[str, np.ndarray]:
+        """{name: embeddings of that list of distinct sentences}, bit for bit what `encode(list, batch_size)`
+        gives each list on its own, when rows are independent of their batch-mates (`rows_are_independent`).
+
+        `encode` pads each sentence to its length-sorted batch's longest; here each (sentence, padded width) that
+        any list needs is computed once, in batches of `batch_size` rows of one width, on `threads` threads of
+        one torch thread each (default: torch's thread count; the model's kernels give the same bits at any
+        thread count, and independent batches scale better on a few cores than one batch's threads do)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        distinct = list(dict.fromkeys(s for ss in units.values() for s in ss))
+        ids = self.tokenizer(distinct, truncation=True, max_length=self.max_seq_length)["input_ids"] \
+            if distinct else []
+        lengths = np.asarray([len(x) for x in ids], dtype=np.int64)
+        where = {s: i for i, s in enumerate(distinct)}
+        jobs: dict[tuple[int, int], int] = {}  # (sentence, width) -> row of the result
+        plan = {}
+        for name, sentences in units.items():
+            rows = np.asarray([where[s] for s in sentences], dtype=np.int64)
+            widths = self._widths(lengths[rows], batch_size)
+            plan[name] = np.asarray([jobs.setdefault((int(r), int(w)), len(jobs)) for r, w in zip(rows, widths)],
+                                    dtype=np.int64)
+        by_width: dict[int, list[tuple[int, int]]] = {}
+        for (sentence, width), row in jobs.items():
+            by_width.setdefault(width, []).append((row, sentence))
+        batches = [(width, members[i:i + batch_size]) for width in sorted(by_width, reverse=True)
+                   for members in [by_width[width]] for i in range(0, len(members), batch_size)]
+        out = np.empty((len(jobs), self.encoder.hidden_size), dtype=np.float32)
+        threads = threads or torch.get_num_threads()
+        was_training, before = self.encoder.training, torch.get_num_threads()
+        self.encoder.eval()
+        torch.set_num_threads(1)
+
+        def run(batch):
+            width, members = batch
+            out[[row for row, _ in members]] = self._forward([ids[s] for _, s in members], width)
+            return len(members)
+
+        try:
+            with Progress(len(jobs), "encode", "sentences", enabled=show_progress) as progress, \
+                    ThreadPoolExecutor(max_workers=threads) as pool:
+                for done in pool.map(run, batches):
+                    progress.update(done)
+        finally:
+            torch.set_num_threads(before)
+            self.encoder.train(was_training)
+        return {name: out[rows] for name, rows in plan.items()}
+
     def search(self, queries: str | list[str], corpus: list[str] | np.ndarray, top_k: int = 5, *,
                batch_size: int = 64, backend: str = "auto") -> list[list["SearchHit"]]:
         """The ``top_k`` corpus entries closest to each query by cosine similarity, best first.

@@ -59,13 +59,14 @@ def test_multiclass_kfold_same_choice_and_accuracy_as_a_cold_stock_fit(encoder):
     Xtr = encoder.encode([train.sentences[i] for i in rows])[:, :64]
     ytr = train.labels[rows]
     Xte, yte = encoder.encode(trec["test"].sentences[:200])[:, :64], trec["test"].labels[:200]
-    clf = SklearnLR()
-    assert clf.multiclass_solver == "lbfgs" and clf.warm_start and clf.center  # the shortcuts under test are on
-    got, _ = kfold_then_test(Xtr, ytr, Xte, yte, clf, k=5)
-    C, devacc, acc = stock_kfold(Xtr, ytr, Xte, yte, clf.grid_kfold, k=5)
-    assert (got["chosen_reg"], got["devacc"], got["acc"]) == (C, devacc, acc)
+    C, devacc, acc = stock_kfold(Xtr, ytr, Xte, yte, SklearnLR().grid_kfold, k=5)
+    for engine in ("fast", "reference"):
+        clf = SklearnLR(engine=engine)
+        assert clf.multiclass_solver == "lbfgs" and clf.warm_start and clf.center  # the shortcuts under test are on
+        got, _ = kfold_then_test(Xtr, ytr, Xte, yte, clf, k=5)
+        assert (got["chosen_reg"], got["devacc"], got["acc"]) == (C, devacc, acc), engine
     # with sklearn's default tolerance the warm-started lbfgs stops short: 81.0 here instead of the optimum's 81.5
-    loose, _ = kfold_then_test(Xtr, ytr, Xte, yte, SklearnLR(multiclass_tol=1e-4), k=5)
+    loose, _ = kfold_then_test(Xtr, ytr, Xte, yte, SklearnLR(multiclass_tol=1e-4, engine="reference"), k=5)
     assert loose["acc"] != acc
 
 
@@ -73,8 +74,9 @@ def test_binary_inner_kfold_same_choices_and_accuracies_as_cold_stock_fits(encod
     mr = load_binary(DOWNSTREAM, "MR")
     rows = np.concatenate([np.flatnonzero(mr.labels == c)[::40][:120] for c in (0, 1)])
     X, y = encoder.encode([mr.sentences[i] for i in rows]), mr.labels[rows]
-    clf = SklearnLR()
-    got = inner_kfold(X, y, clf, k=5)
-    chosen, test = stock_inner_kfold(X, y, clf.grid_inner, k=5)
-    assert got["chosen_reg"] == chosen and got["fold_acc"] == test
+    chosen, test = stock_inner_kfold(X, y, SklearnLR().grid_inner, k=5)
+    for engine in ("fast", "reference"):
+        clf = SklearnLR(engine=engine)
+        got = inner_kfold(X, y, clf, k=5)
+        assert got["chosen_reg"] == chosen and got["fold_acc"] == test, engine
     assert clf.solver == "newton-cholesky" and clf.warm_start and clf.center  # the shortcuts under test were on

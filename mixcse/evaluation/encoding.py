@@ -192,34 +192,57 @@ def _unit_key(sentences: list[str], batch_size: int) -> str:
 
 
 def encode_units(encoder: Encoder, units: dict[str, list[str]], *, batch_size: int = 64,
-                 cache_dir: str | os.PathLike | None = None, show_progress: bool = False) -> tuple[dict[str, tuple[dict[str, int], np.ndarray]],
-                                                                      dict]:
+                 cache_dir: str | os.PathLike | None = None, show_progress: bool = False,
+                 reference: bool = False) -> tuple[dict[str, tuple[dict[str, int], np.ndarray]], dict]:
     """Embed each unit (one task's sentences) on its own. Returns ({unit: (sentence -> row, matrix)}, stats).
 
-    A sentence's embedding moves in the last float bits with its batch-mates (padding length, kernel shapes), and a
-    probe can turn those bits into a different choice of L2 and a different test score. So each unit's distinct
-    sentences are encoded in their own length-sorted batches, and a task's embeddings depend only on the model,
-    the task's sentences and `batch_size` -- never on which other tasks are evaluated with it, nor on what a cache
-    already held. Cached per (fingerprint, batch_size, unit's sentence list), whole units only."""
+    A sentence's embedding moves in the last float bits with its padded width, and a probe can turn those bits
+    into a different choice of L2 and a different test score. So each unit's distinct sentences get exactly the
+    embeddings of their own length-sorted batches, and a task's embeddings depend only on the model, the task's
+    sentences and `batch_size` -- never on which other tasks are evaluated with it, nor on what a cache already
+    held. Cached per (fingerprint, batch_size, unit's sentence list), whole units only.
+
+    How they are computed: a CPU `SentenceEncoder` whose rows are independent of their batch-mates (checked on
+    the first unit) computes each (sentence, padded width) that any unit needs once, all units together, on
+    parallel threads (`SentenceEncoder.encode_units`, the same bits); other encoders, or `reference=True`,
+    encode unit by unit."""
     out: dict[str, tuple[dict[str, int], np.ndarray]] = {}
     fp = encoder_fingerprint(encoder)
     folder = (Path(cache_dir) / hashlib.sha256(fp.encode("utf-8")).hexdigest()[:20]) if (cache_dir and fp) else None
     stats = {"units": len(units), "distinct_sentences": len({s for ss in units.values() for s in ss}),
              "encoded": 0, "cache_hits": 0, "batching": "each task's distinct sentences in their own length-sorted "
                                                         f"batches of {batch_size}"}
+    pending: dict[str, tuple[list[str], Path | None]] = {}
     for name, sentences in units.items():
         unique = list(dict.fromkeys(sentences))
         path = None if folder is None else folder / f"unit-{_unit_key(unique, batch_size)}.npy"
         emb = _read_unit(path, len(unique))
         if emb is None:
-            emb = encode_raw(encoder, unique, batch_size, show_progress=show_progress)
+            pending[name] = (unique, path)
             stats["encoded"] += len(unique)
-            if path is not None:
-                _write_unit(path, emb, fp)
         else:
             stats["cache_hits"] += len(unique)
-        out[name] = ({s: i for i, s in enumerate(unique)}, emb)
-    return out, stats
+            out[name] = ({s: i for i, s in enumerate(unique)}, emb)
+    lists = {name: unique for name, (unique, _) in pending.items()}
+    if lists and not reference and _shares_rows(encoder, next(iter(lists.values())), batch_size):
+        fresh = encoder.encode_units(lists, batch_size=batch_size, show_progress=show_progress)
+        stats["computation"] = "each (sentence, padded width) once across tasks, parallel threads"
+    else:
+        fresh = {name: encode_raw(encoder, unique, batch_size, show_progress=show_progress)
+                 for name, unique in lists.items()}
+        stats["computation"] = "task by task" if lists else "all from the cache"
+    for name, (unique, path) in pending.items():
+        if path is not None:
+            _write_unit(path, fresh[name], fp)
+        out[name] = ({s: i for i, s in enumerate(unique)}, fresh[name])
+    return {name: out[name] for name in units}, stats
+
+
+def _shares_rows(encoder: Encoder, sample: list[str], batch_size: int) -> bool:
+    """Whether `encoder` can compute several units' rows together with the same bits (see encode_units)."""
+    device = getattr(encoder, "device", None)
+    return (hasattr(encoder, "encode_units") and hasattr(encoder, "rows_are_independent")
+            and getattr(device, "type", None) == "cpu" and encoder.rows_are_independent(sample, batch_size))
 
 
 def _read_unit(path: Path | None, n: int) -> np.ndarray | None:

@@ -112,7 +112,7 @@ def _run_transfer(task: str, loaded, embed, clf, kfold: int) -> tuple[dict, floa
 def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "analysis"), data_dir=None,
              mode: str = "test", classifier: str = DEFAULT_CLASSIFIER, cache_dir=None, batch_size: int = 64, *,
              pooler: str | None = None, verbose: bool = True, workers: int = 1, retrieval_data=None,
-             retrieval_split: str = "test", max_seq_length: int | None = None) -> dict:
+             retrieval_split: str = "test", max_seq_length: int | None = None, reference: bool = False) -> dict:
     """Run the SentEval protocol (see the package docstring) and return the results dict (x100 scale).
 
     `encoder`: an object with `.encode(list[str], batch_size=...)`, a callable `list[str] -> array`, or a
@@ -121,12 +121,14 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
     `classifiers`). `workers > 1` runs the transfer probes
     (single-threaded, ~90% of a full evaluation's CPU time) in that many processes; each task is computed exactly
     as in one process, so the results are the same. The "retrieval" task reads the BEIR folder `retrieval_data`
-    (split `retrieval_split`) and encodes its documents at `max_seq_length` (None: the encoder's own)."""
+    (split `retrieval_split`) and encodes its documents at `max_seq_length` (None: the encoder's own).
+    `reference=True` takes the plain paths the fast ones are tested against (unit-by-unit encoding, the probes'
+    reference engines): the same numbers, slower."""
     if mode not in KFOLD:
         raise ValueError(f"mode must be 'test' or 'fasttest', not {mode!r}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    clf = make_classifier(classifier, mode)
+    clf = make_classifier(classifier, mode, engine="reference" if reference else "fast")
     names = expand_tasks(tasks)
     if RETRIEVAL in names and retrieval_data is None:
         raise D.DataError("the retrieval task needs a BEIR folder (--retrieval-data DIR)")
@@ -146,11 +148,13 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
 
     t0 = time.perf_counter()
     units, enc_stats = encode_units(encoder, {t: _sentences(t, loaded[t]) for t in senteval},
-                                    batch_size=batch_size, cache_dir=cache_dir, show_progress=verbose)
+                                    batch_size=batch_size, cache_dir=cache_dir, show_progress=verbose,
+                                    reference=reference)
     seconds["encode"] = time.perf_counter() - t0
     if senteval:
-        log(f"encoded {enc_stats['encoded']} sentences, {enc_stats['cache_hits']} from cache, task by task "
-            f"({enc_stats['distinct_sentences']} distinct) in {seconds['encode']:.1f} s")
+        log(f"encoded {enc_stats['encoded']} sentences, {enc_stats['cache_hits']} from cache, "
+            f"{enc_stats.get('computation', 'task by task')} ({enc_stats['distinct_sentences']} distinct) in "
+            f"{seconds['encode']:.1f} s")
 
     def embedder(task: str) -> _Embeddings:
         index, emb = units[task]
