@@ -144,14 +144,18 @@ class TokenizedCorpus:
 
     def batch(self, indices: np.ndarray) -> dict[str, torch.Tensor]:
         """Padded to the batch's own longest sequence."""
-        seqs = [self._ids[int(i)] for i in indices]
-        width = max(len(s) for s in seqs)
-        input_ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
-        attention = np.zeros((len(seqs), width), dtype=np.int64)
-        for row, seq in enumerate(seqs):
-            input_ids[row, : len(seq)] = seq
-            attention[row, : len(seq)] = 1
-        return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention)}
+        return pad_batch([self._ids[int(i)] for i in indices], self.pad_id)
+
+
+def pad_batch(seqs: list, pad_id: int) -> dict[str, torch.Tensor]:
+    """Token-id sequences as one batch, padded to the longest: int64 ``input_ids`` and ``attention_mask``."""
+    width = max(len(s) for s in seqs)
+    input_ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
+    attention = np.zeros((len(seqs), width), dtype=np.int64)
+    for row, seq in enumerate(seqs):
+        input_ids[row, : len(seq)] = seq
+        attention[row, : len(seq)] = 1
+    return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention)}
 
 
 class PairedCorpus:

@@ -35,6 +35,7 @@ from typing import Iterable, Iterator
 import numpy as np
 import torch
 
+from .data import pad_batch
 from .documents import Segments
 from .errors import DataError
 from .progress import Progress
@@ -269,14 +270,7 @@ class ShardedCorpus:
 
     def batch(self, indices: np.ndarray) -> dict[str, torch.Tensor]:
         """Padded to the batch's own longest sequence (as ``TokenizedCorpus.batch``)."""
-        seqs = [self.sequence(int(i)) for i in indices]
-        width = max(len(s) for s in seqs)
-        input_ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
-        attention = np.zeros((len(seqs), width), dtype=np.int64)
-        for row, seq in enumerate(seqs):
-            input_ids[row, : len(seq)] = seq
-            attention[row, : len(seq)] = 1
-        return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention)}
+        return pad_batch([self.sequence(int(i)) for i in indices], self.pad_id)
 
 
 def open_sharded_corpus(cfg, tokenizer, *, cache_dir: str | os.PathLike | None = None, workers: int | None = None,
