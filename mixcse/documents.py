@@ -215,13 +215,16 @@ class Segments:
         self.stats = {"file": str(path), "format": fmt, "segment": segment, "min_words": min_words, "dedupe": dedupe,
                       "documents": 0, "segments": 0, "dropped_short": 0, "dropped_duplicates": 0}
 
+    def documents(self) -> Iterator[tuple[str, str]]:
+        """(title, text) of every document; a plain-text file's documents are its non-blank lines."""
+        if self.documents_file:
+            return _iter_documents(self.path, self.stats["format"], self.text_column)
+        return (("", line) for _, line in iter_lines(self.path, what="training") if line)
+
     def __iter__(self) -> Iterator[str]:
         stats, path = self.stats, self.path
         segment, min_words, limit = stats["segment"], stats["min_words"], self.max_sentences
-        if self.documents_file:
-            documents = _iter_documents(path, stats["format"], self.text_column)
-        else:  # each non-blank line is a document; in "line" mode it is also the segment, exactly as read
-            documents = (("", line) for _, line in iter_lines(path, what="training") if line)
+        documents = self.documents()  # in "line" mode a plain line is also the segment, exactly as read
         seen = _Seen() if stats["dedupe"] else None
         for title, text in documents:
             stats["documents"] += 1
@@ -270,11 +273,7 @@ def read_pairs(path: str | os.PathLike, *, positives: str, text_column: str | No
     reader = Segments(path, text_column=text_column, segment="sentence" if positives == "neighbours" else "passage",
                       min_words=min_words, dedupe=dedupe)
     stats = reader.stats | {"segment": f"{positives} pairs"}
-    path = reader.path
-    if reader.documents_file:
-        documents = _iter_documents(path, stats["format"], text_column)
-    else:
-        documents = (("", line) for _, line in iter_lines(path, what="training") if line)
+    path, documents = reader.path, reader.documents()
     seen = _Seen() if stats["dedupe"] else None
     pairs: list[tuple[str, str]] = []
     titled = 0

@@ -85,18 +85,24 @@ def _probe(X, y, reg, mode):
     return SentEvalLogReg(X.shape[1], int(np.max(y)) + 1, reg, mode)
 
 
-def kfold(Xtr, ytr, Xte, yte, k, mode="test"):
-    """TREC/MRPC: L2 by k-fold CV on train (each fold's test part is also its early-stopping set), refit on all
-    of train with a 5% early-stopping split, score test."""
+def _l2_scan(X_all, y_all, Xs, ys, k, mode):
+    """Mean k-fold accuracy (x100, 2 decimals) of ``Xs, ys`` for each L2 value (each fold's test part is its
+    early-stopping set), and the best L2; probes sized from ``X_all, y_all``."""
     scan = []
     for reg in L2_GRID:
         scores = []
-        for tr, te in _folds(ytr, k):
-            clf = _probe(Xtr, ytr, reg, mode)
-            clf.fit(Xtr[tr], ytr[tr], validation_data=(Xtr[te], ytr[te]))
-            scores.append(clf.score(Xtr[te], ytr[te]))
+        for tr, te in _folds(ys, k):
+            clf = _probe(X_all, y_all, reg, mode)
+            clf.fit(Xs[tr], ys[tr], validation_data=(Xs[te], ys[te]))
+            scores.append(clf.score(Xs[te], ys[te]))
         scan.append(round(100 * float(np.mean(scores)), 2))
-    reg = L2_GRID[int(np.argmax(scan))]
+    return scan, L2_GRID[int(np.argmax(scan))]
+
+
+def kfold(Xtr, ytr, Xte, yte, k, mode="test"):
+    """TREC/MRPC: L2 by k-fold CV on train (each fold's test part is also its early-stopping set), refit on all
+    of train with a 5% early-stopping split, score test."""
+    scan, reg = _l2_scan(Xtr, ytr, Xtr, ytr, k, mode)
     clf = _probe(Xtr, ytr, reg, mode)
     clf.fit(Xtr, ytr)
     yhat = clf.predict(Xte)
@@ -109,15 +115,7 @@ def inner_kfold(X, y, k, mode="test"):
     dev, test, chosen = [], [], []
     for tr, te in _folds(y, k):
         Xo, yo = X[tr], y[tr]
-        scan = []
-        for reg in L2_GRID:
-            scores = []
-            for itr, ite in _folds(yo, k):
-                clf = _probe(X, y, reg, mode)
-                clf.fit(Xo[itr], yo[itr], validation_data=(Xo[ite], yo[ite]))
-                scores.append(clf.score(Xo[ite], yo[ite]))
-            scan.append(round(100 * float(np.mean(scores)), 2))
-        reg = L2_GRID[int(np.argmax(scan))]
+        scan, reg = _l2_scan(X, y, Xo, yo, k, mode)
         chosen.append(reg)
         dev.append(max(scan))
         clf = _probe(X, y, reg, mode)
