@@ -56,12 +56,14 @@ class Run:
     eval_steps: int = 50
     select_docs: int | None = None
     positives: str = "dropout"  # or neighbours / title: then ``segment`` only sets the training length
+    learning_rate: float | None = None  # None: the backbone's (BACKBONES)
 
     @property
     def key(self) -> str:
         pairs = "" if self.positives == "dropout" else f"-{self.positives}"
+        lr = "" if self.learning_rate is None else f"-lr{self.learning_rate:g}"
         return (f"{self.backbone}-{self.preset}-{self.segment}{pairs}-t{self.temperature:g}-s{self.steps}"
-                f"-b{self.batch_size}-seed{self.seed}")
+                f"-b{self.batch_size}{lr}-seed{self.seed}")
 
     def train_config(self, out: Path, threads: int | None) -> dict:
         return {"model": backbone_path(self.backbone), "train_file": str(SCIFACT / "corpus.jsonl"),
@@ -70,8 +72,8 @@ class Run:
                 "batch_size": self.batch_size, "max_steps": self.steps, "eval_steps": self.eval_steps,
                 "log_steps": 10, "seed": self.seed, "select_on": "retrieval", "select_data": str(SCIFACT),
                 "select_split": "train", "select_docs": self.select_docs, "precision": "auto",
-                "positives": self.positives,
-                "num_threads": threads}
+                "positives": self.positives, "num_threads": threads,
+                **({} if self.learning_rate is None else {"learning_rate": self.learning_rate})}
 
 
 def test_scores(model_dir: str, data) -> dict:
@@ -82,7 +84,24 @@ def test_scores(model_dir: str, data) -> dict:
     return evaluate_retrieval(encoder, data, batch_size=32)
 
 
-def run_one(run: Run, test_data, zero: dict, threads: int | None) -> dict:
+def last_step_test_scores(out: Path, test_data) -> dict:
+    """Test scores of the model at the run's last step (its checkpoint), whichever checkpoint selection kept: what
+    shipping without selection would have given."""
+    from mixcse.encoder import SentenceEncoder
+    from mixcse.evaluation.retrieval import evaluate_retrieval
+    from mixcse.rundir import checkpoint_path, load_checkpoint
+
+    encoder = SentenceEncoder.load(str(out / "best"), device="cpu")  # architecture, pooler and inference length
+    checkpoint = load_checkpoint(checkpoint_path(out))
+    # The train-time MLP head ([CLS] + MLP recipes) is not part of a saved model: everything else must match.
+    missing, unexpected = encoder.encoder.load_state_dict(checkpoint["model"], strict=False)
+    if missing or any(not key.startswith("head.") for key in unexpected):
+        raise RuntimeError(f"checkpoint does not fit best/: missing {missing}, unexpected {unexpected}")
+    scores = evaluate_retrieval(encoder, test_data, batch_size=32)
+    return {"step": checkpoint["state"]["step"], **{k: v for k, v in scores.items() if isinstance(v, (int, float))}}
+
+
+def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: bool = False) -> dict:
     import mixcse
 
     folder = CACHE / run.key
@@ -105,6 +124,8 @@ def run_one(run: Run, test_data, zero: dict, threads: int | None) -> dict:
               "loss_curve": [[r["step"], r["loss"], r["simcse_loss"]] for r in log if "loss" in r],
               "train_seconds": result.train_seconds, "train_wall_seconds": train_wall,
               "test_eval_seconds": time.perf_counter() - t0, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if test_last:
+        record["test_last_step"] = last_step_test_scores(out, test_data)
     folder.mkdir(parents=True, exist_ok=True)
     record_file.write_text(json.dumps(record, indent=2) + "\n")
     shutil.rmtree(out / "checkpoint", ignore_errors=True)  # keep best/ (for later evaluations), not the optimiser
@@ -149,18 +170,23 @@ def paired(a: dict, b: dict, metric: str) -> dict | None:
 
 
 def text_of(r: dict) -> str:
-    """What a run trained on: a segmentation, or a kind of pairs (``positives``)."""
+    """What a run trained on: a segmentation, or a kind of pairs (``positives``); a learning rate when not the
+    backbone's."""
     positives = r.get("positives", "dropout")
-    return r["segment"] if positives == "dropout" else f"{positives} pairs"
+    text = r["segment"] if positives == "dropout" else f"{positives} pairs"
+    return text + (f", lr {r['learning_rate']:g}" if r.get("learning_rate") is not None else "")
 
 
 def summarise(zero: dict, runs: list[dict]) -> list[dict]:
     groups: dict[tuple, dict[int, dict]] = {}
     won: dict[tuple, int] = {}
+    dev_change: dict[tuple, list[float]] = {}
     for r in runs:
         key = (r["backbone"], text_of(r), r["temperature"], r["steps"], r["preset"])
         groups.setdefault(key, {})[r["seed"]] = r["test"]
         won[key] = won.get(key, 0) + r["start_won"]
+        # The selection metric at the last step minus the start's: how far training moved it, kept or not.
+        dev_change.setdefault(key, []).append(r["dev"]["curve"][-1][1] - r["dev"]["start"])
     rows = []
     for (backbone, segment, tau, steps, preset), by_seed in sorted(groups.items()):
         row = {"backbone": backbone, "segment": segment, "temperature": tau, "steps": steps, "preset": preset,
@@ -174,6 +200,7 @@ def summarise(zero: dict, runs: list[dict]) -> list[dict]:
             if preset != "simcse" and simcse:
                 row[f"{metric}_vs_simcse"] = paired(by_seed, simcse, metric)
         row["start_won"] = won[(backbone, segment, tau, steps, preset)]
+        row["selection_change_at_last_step"] = mean_std(dev_change[(backbone, segment, tau, steps, preset)])
         rows.append(row)
     return rows
 
@@ -196,17 +223,22 @@ def render(zero: dict, rows: list[dict]) -> str:
              "benchmarks/results/domain_adaptation.json; the method and the advice are in "
              "[domain-adaptation.md](domain-adaptation.md).", "",
              "Test split (300 claims, whole corpus), x100. Selected on nDCG@10 of the train claims (sub-corpus). "
-             "Differences are paired by seed: mean ± std (wins/n, one-sample t-test p).", "",
+             "Differences are paired by seed: mean ± std (wins/n, one-sample t-test p). \"selection Δ at last "
+             "step\": the selection metric (train claims) at the run's last step minus the start model's, whichever "
+             "checkpoint was kept: how far training moved it.", "",
              "| backbone | zero-shot nDCG@10 | zero-shot recall@100 |", "|---|---:|---:|"]
     for backbone, z in zero.items():
         lines.append(f"| {backbone} | {z['ndcg@10']:.2f} | {z['recall@100']:.2f} |")
     lines += ["", "| backbone | text | τ | steps | preset | seeds | nDCG@10 | vs zero-shot | vs SimCSE | recall@100 "
-              "| vs zero-shot | start model kept |", "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "| vs zero-shot | start model kept | selection Δ at last step |",
+              "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
+        m, sd = r["selection_change_at_last_step"]
+        change = f"{m:+.2f}" + ("" if math.isnan(sd) else f" ± {sd:.2f}")
         lines.append(f"| {r['backbone']} | {r['segment']} | {r['temperature']:g} | {r['steps']} | {r['preset']} | "
                      f"{len(r['seeds'])} | {_fmt(r['ndcg@10'])} | {_diff(r.get('ndcg@10_vs_zero_shot'))} | "
                      f"{_diff(r.get('ndcg@10_vs_simcse'))} | {_fmt(r['recall@100'])} | "
-                     f"{_diff(r.get('recall@100_vs_zero_shot'))} | {r['start_won']}/{len(r['seeds'])} |")
+                     f"{_diff(r.get('recall@100_vs_zero_shot'))} | {r['start_won']}/{len(r['seeds'])} | {change} |")
     lines += ["", "Published context (GPL paper, msmarco-distilbert start — another model; nDCG@10): "
               + ", ".join(f"{k} {v}" for k, v in PUBLISHED.items()) + ".", ""]
     return "\n".join(lines)
@@ -261,6 +293,9 @@ def main() -> int:
     ap.add_argument("--eval-steps", type=int, default=50)
     ap.add_argument("--select-docs", type=int, default=None)
     ap.add_argument("--positives", default="dropout", help="dropout, neighbours or title (docs/domain-adaptation.md)")
+    ap.add_argument("--learning-rate", type=float, default=None, help="default: the backbone's (BACKBONES)")
+    ap.add_argument("--test-last", action="store_true",
+                    help="also score the last step's model on the test split (one more whole-corpus evaluation)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
@@ -278,9 +313,9 @@ def main() -> int:
                     for seed in (int(s) for s in args.seeds.split(",")):
                         for preset in presets:
                             run = Run(backbone, preset, seed, segment, tau, args.steps, args.batch_size,
-                                      args.eval_steps, args.select_docs, args.positives)
+                                      args.eval_steps, args.select_docs, args.positives, args.learning_rate)
                             t0 = time.perf_counter()
-                            rec = run_one(run, test_data, z, args.threads)
+                            rec = run_one(run, test_data, z, args.threads, args.test_last)
                             print(f"{run.key}: selected step {rec['selected_step']}, test "
                                   + ", ".join(f"{m} {rec['test'][m]:.2f}" for m in METRICS)
                                   + f" ({time.perf_counter() - t0:.0f} s)", flush=True)

@@ -21,6 +21,9 @@ N x N x d mixtures (``mixed_similarities``):
 
 Stop-gradient in closed form: the mixture is a constant, so gradients may reach h_i only; hence every factor that
 comes from view 2 (h'_i, h'_j and their Gram matrix) is detached, while h_i enters linearly.
+
+Every term above belongs to one anchor i, so the loss of a block of anchors (``rows``) needs only rows x N matrices:
+the blocks' shares add up to the batch loss, which is how a batch of thousands fits in memory (mixcse/step.py).
 """
 
 from __future__ import annotations
@@ -101,139 +104,162 @@ class LossOutput:
 
 
 def mixed_similarities(
-    anchor_pos: torch.Tensor, pos_gram: torch.Tensor, lam: float | torch.Tensor
+    anchor_pos: torch.Tensor, pos_gram: torch.Tensor, lam: float | torch.Tensor,
+    positive: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """h_i . normalize(lam h'_i + (1-lam) h'_j) for all i, j, from S = h.h'^T and G' = h'.h'^T (unit vectors).
 
-    ``lam`` may be a scalar or an N x N tensor of per-pair coefficients.
+    ``lam`` may be a scalar or a tensor of per-pair coefficients. For a block of anchor rows, S and G' hold those
+    rows only and ``positive`` (rows x 1) their h_i . h'_i; by default it is the diagonal of a square S.
     """
-    positive = anchor_pos.diagonal().unsqueeze(1)  # h_i . h'_i, broadcast over j
+    if positive is None:
+        positive = anchor_pos.diagonal().unsqueeze(1)  # h_i . h'_i, broadcast over j
     numerator = lam * positive + (1.0 - lam) * anchor_pos
     squared_norm = lam**2 + (1.0 - lam) ** 2 + 2.0 * lam * (1.0 - lam) * pos_gram
     return numerator / squared_norm.clamp_min(1e-12).sqrt()
 
 
 @torch.no_grad()
-def bounded_lambda(anchor_pos: torch.Tensor, pos_gram: torch.Tensor, lam: float, iters: int = 30) -> torch.Tensor:
+def bounded_lambda(anchor_pos: torch.Tensor, pos_gram: torch.Tensor, lam: float, iters: int = 30,
+                   positive: torch.Tensor | None = None) -> torch.Tensor:
     """Per pair, the largest lambda' in [0, lam] with h_i.m'_ij(lambda') <= h_i.h'_i.
 
     Along the arc from h'_j (lambda=0) to h'_i (lambda=1) the cosine to h_i is one sinusoid bump, so the set of
     admissible lambda' is an interval [0, lambda*]; bisection finds lambda* without case analysis. Where even
     h'_j alone is closer than the positive (h_i.h'_j > h_i.h'_i), no lambda' keeps the bound and lambda is left as is.
+    ``positive`` as in ``mixed_similarities``.
     """
-    positive = anchor_pos.diagonal().unsqueeze(1)
-    ok_at_lam = mixed_similarities(anchor_pos, pos_gram, lam) <= positive
+    if positive is None:
+        positive = anchor_pos.diagonal().unsqueeze(1)
+    ok_at_lam = mixed_similarities(anchor_pos, pos_gram, lam, positive) <= positive
     ok_at_lam |= anchor_pos > positive  # unsatisfiable: keep lambda
     lo = torch.zeros_like(anchor_pos)
     hi = torch.full_like(anchor_pos, lam)
     for _ in range(iters):
         mid = (lo + hi) / 2
-        ok = mixed_similarities(anchor_pos, pos_gram, mid) <= positive
+        ok = mixed_similarities(anchor_pos, pos_gram, mid, positive) <= positive
         lo = torch.where(ok, mid, lo)
         hi = torch.where(ok, hi, mid)
     return torch.where(ok_at_lam, torch.full_like(anchor_pos, lam), lo)
 
 
-def _off_diagonal_mean(x: torch.Tensor) -> torch.Tensor:
-    """Mean of the entries j != i of a square matrix, detached (for logging). Sum minus trace rather than boolean
-    selection, which would build an N^2 index and make a GPU wait for the host every step."""
-    x = x.detach()
-    n = x.shape[0]
-    return (x.sum() - x.diagonal().sum()) / (n * (n - 1))
+def _off_diagonal_share(x: torch.Tensor, own: torch.Tensor, n: int) -> torch.Tensor:
+    """The share of a block of rows in the mean of the N(N-1) entries j != i, detached (for logging): the rows' sum
+    minus their own entries (``own``, rows x 1), over N(N-1). Sums rather than boolean selection, which would build
+    an index and make a GPU wait for the host every step."""
+    return (x.detach().sum() - own.detach().sum()) / (n * (n - 1))
+
+
+def _own(x: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """x[i, columns[i]] for every row, as a column (rows x 1)."""
+    return x.gather(1, columns.unsqueeze(1))
 
 
 def _mixed_logits(
-    anchors: torch.Tensor, positives: torch.Tensor, sim: torch.Tensor, off_diagonal: torch.Tensor,
+    anchors: torch.Tensor, positives: torch.Tensor, rows: slice, own: torch.Tensor, sim: torch.Tensor,
     objective: ContrastiveObjective,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mixed-negative logits h_i.m'_ij / tau (j = i removed) and logged stats: their mean cosine and, with the
-    bound, the share of pairs j != i whose lambda it lowered (both detached).
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Mixed-negative logits h_i.m'_ij / tau of the block's anchors (j = i removed) and logged stats: their mean
+    cosine and, with the bound, the share of pairs j != i whose lambda it lowered (both detached, shares).
 
-    A function of its own so that its N x N temporaries are freed on return, before the caller's softmax.
+    A function of its own so that its temporaries are freed on return, before the caller's softmax.
     """
+    n = positives.shape[0]
     if objective.mix_grad == "stop":
         mix_sim = anchors @ positives.detach().T  # gradients reach the anchor h_i only
-        pos_gram = (positives @ positives.T).detach()
+        pos_gram = (positives[rows] @ positives.T).detach()
     else:
-        mix_sim, pos_gram = sim, positives @ positives.T
+        mix_sim, pos_gram = sim, positives[rows] @ positives.T
     lam, stats = objective.lam, {}
     if objective.lam_bound:
-        lam = bounded_lambda(sim.detach(), pos_gram.detach(), objective.lam)
-        stats["lam_clipped"] = _off_diagonal_mean((lam < objective.lam).to(sim.dtype))
-    mixed = mixed_similarities(mix_sim, pos_gram, lam)
-    stats["mix_cos"] = _off_diagonal_mean(mixed)
+        lam = bounded_lambda(sim.detach(), pos_gram.detach(), objective.lam, positive=_own(sim, own).detach())
+        clipped = (lam < objective.lam).to(sim.dtype)
+        stats["lam_clipped"] = _off_diagonal_share(clipped, _own(clipped, own), n)
+    mixed = mixed_similarities(mix_sim, pos_gram, lam, _own(mix_sim, own))
+    stats["mix_cos"] = _off_diagonal_share(mixed, _own(mixed, own), n)
     # j = i would mix the positive with itself: not a negative, so it is removed from the denominator.
-    return (mixed / objective.temperature).masked_fill(~off_diagonal, float("-inf")), stats
+    return (mixed / objective.temperature).scatter(1, own.unsqueeze(1), float("-inf")), stats
 
 
 def _one_direction(
-    anchors: torch.Tensor, positives: torch.Tensor, objective: ContrastiveObjective
+    anchors: torch.Tensor, positives: torch.Tensor, objective: ContrastiveObjective, rows: slice
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """Mean loss of anchors against (positives, in-batch negatives, mixed negatives built from ``positives``)."""
-    n = anchors.shape[0]
+    """The share of anchors ``rows`` in the mean loss of anchors against (positives, in-batch negatives, mixed
+    negatives built from ``positives``): the sum of their terms over N. Stats likewise."""
+    n = positives.shape[0]
     tau = objective.temperature
-    labels = torch.arange(n, device=anchors.device)
+    own = torch.arange(n, device=anchors.device)[rows]  # each anchor's positive: its own column
+    anchors = anchors[rows]
     sim = anchors @ positives.T  # S_ij = h_i . h'_j
     simcse_logits = sim / tau
-    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=anchors.device)
-    stats = {"pos_cos": sim.diagonal().mean().detach(), "neg_cos": _off_diagonal_mean(sim)}
+    positive = _own(sim, own)
+    stats = {"pos_cos": positive.detach().sum() / n, "neg_cos": _off_diagonal_share(sim, positive, n)}
     if not objective.mixes:
-        simcse_loss = F.cross_entropy(simcse_logits, labels)
+        simcse_loss = F.cross_entropy(simcse_logits, own, reduction="sum") / n
         return simcse_loss, simcse_loss.detach(), stats
 
-    with torch.no_grad():  # logged only: no graph, so no saved N x N softmax for it
-        simcse_loss = F.cross_entropy(simcse_logits, labels)
-    mixed_logits, mix_stats = _mixed_logits(anchors, positives, sim, off_diagonal, objective)
+    with torch.no_grad():  # logged only: no graph, so no saved softmax for it
+        simcse_loss = F.cross_entropy(simcse_logits, own, reduction="sum") / n
+    mixed_logits, mix_stats = _mixed_logits(anchors, positives, rows, own, sim, objective)
     stats.update(mix_stats)
-    loss = F.cross_entropy(torch.cat([simcse_logits, mixed_logits], dim=1), labels)
+    loss = F.cross_entropy(torch.cat([simcse_logits, mixed_logits], dim=1), own, reduction="sum") / n
     return loss, simcse_loss, stats
 
 
-def released_mixcse_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveObjective) -> LossOutput:
+def released_mixcse_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveObjective,
+                         rows: slice | None = None) -> LossOutput:
     """What the released code (BDBC-KG-NLP/MixCSE_AAAI2022) computes, reproduced on purpose for comparison.
 
     One mixing partner per sentence, the next row (k+ = k+1 mod N), mixing the *unnormalised* pooled vectors,
     detached: m_k = lam z2_k + (1-lam) z2_{k+}, mt_k = lam z1_k + (1-lam) z1_{k+}. One N x 3N softmax per view-1
     anchor over [S | A | B] with S_ik = cos(z1_i, z2_k), A_ik = cos(z1_i, m_k), B_ik = cos(mt_i, z2_k), all / tau;
     A[i, i-1] and B[i, i+1] (mixes dominated by the positive) are set to logit 0 - kept in the denominator - not
-    removed. ``directions`` and ``mix_grad`` do not apply. docs/released-code.md lists the differences.
+    removed. ``directions`` and ``mix_grad`` do not apply. docs/released-code.md lists the differences. ``rows`` as
+    in ``contrastive_loss``.
     """
     lam, tau = objective.lam or 0.0, objective.temperature
     n = z1.shape[0]
-    labels = torch.arange(n, device=z1.device)
+    own = torch.arange(n, device=z1.device)[slice(None) if rows is None else rows]
     h1, h2 = F.normalize(z1, dim=-1), F.normalize(z2, dim=-1)
     mix2 = F.normalize((lam * z2 + (1 - lam) * z2.roll(-1, dims=0)).detach(), dim=-1)
     mix1 = F.normalize((lam * z1 + (1 - lam) * z1.roll(-1, dims=0)).detach(), dim=-1)
-    sim = h1 @ h2.T
-    block_a = (h1 @ mix2.T) / tau
-    block_b = (mix1 @ h2.T) / tau
-    eye = torch.eye(n, dtype=torch.bool, device=z1.device)
+    anchors = h1[own]
+    sim = anchors @ h2.T
+    block_a = (anchors @ mix2.T) / tau
+    block_b = (mix1[own] @ h2.T) / tau
     # A[i, i-1] and B[i, i+1] become logit 0 (no gradient), as in the released code.
-    logits = torch.cat([sim / tau, block_a.masked_fill(eye.roll(-1, dims=1), 0.0),
-                        block_b.masked_fill(eye.roll(1, dims=1), 0.0)], dim=1)
-    loss = F.cross_entropy(logits, labels)
-    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=z1.device)
-    stats = {"pos_cos": sim.diagonal().mean().detach(), "neg_cos": sim[off_diagonal].mean().detach(),
-             "mix_cos": (block_a.diagonal() * tau).mean().detach()}
-    return LossOutput(loss=loss, simcse_loss=F.cross_entropy(sim / tau, labels).detach(), stats=stats)
+    logits = torch.cat([sim / tau, block_a.scatter(1, ((own - 1) % n).unsqueeze(1), 0.0),
+                        block_b.scatter(1, ((own + 1) % n).unsqueeze(1), 0.0)], dim=1)
+    loss = F.cross_entropy(logits, own, reduction="sum") / n
+    positive = _own(sim, own)
+    stats = {"pos_cos": positive.detach().sum() / n, "neg_cos": _off_diagonal_share(sim, positive, n),
+             "mix_cos": (_own(block_a, own) * tau).detach().sum() / n}
+    simcse_loss = F.cross_entropy(sim.detach() / tau, own, reduction="sum") / n
+    return LossOutput(loss=loss, simcse_loss=simcse_loss, stats=stats)
 
 
-def contrastive_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveObjective) -> LossOutput:
+def contrastive_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveObjective,
+                     rows: slice | None = None) -> LossOutput:
     """Loss of a batch from its two views. z1, z2: (N, d) pooled embeddings, row i of each = sentence i.
 
     Embeddings are l2-normalised here (cosine similarity); half-precision inputs are upcast so that cosines and the
     softmax are computed in float32 whatever the autocast dtype (float64 inputs stay float64).
+
+    ``rows`` (a slice of sentences) keeps only the terms of those anchors, in both directions: the result is their
+    share of the batch's loss and stats, so the results of disjoint blocks of rows covering the batch add up to the
+    whole batch's (loss, gradients and stats), in rows x N memory instead of N x N.
     """
     if z1.shape != z2.shape or z1.dim() != 2:
         raise ValueError(f"expected two (N, d) views of equal shape, got {tuple(z1.shape)} and {tuple(z2.shape)}")
     if z1.dtype in (torch.float16, torch.bfloat16):
         z1, z2 = z1.float(), z2.float()
     if objective.formulation == "released":
-        return released_mixcse_loss(z1, z2, objective)
+        return released_mixcse_loss(z1, z2, objective, rows)
+    rows = slice(None) if rows is None else rows
     h1, h2 = F.normalize(z1, dim=-1), F.normalize(z2, dim=-1)
-    loss, simcse, stats = _one_direction(h1, h2, objective)
+    loss, simcse, stats = _one_direction(h1, h2, objective, rows)
     if objective.directions == 2:
-        loss_b, simcse_b, stats_b = _one_direction(h2, h1, objective)
+        loss_b, simcse_b, stats_b = _one_direction(h2, h1, objective, rows)
         loss, simcse = (loss + loss_b) / 2, (simcse + simcse_b) / 2
         stats = {k: (v + stats_b[k]) / 2 for k, v in stats.items()}
     return LossOutput(loss=loss, simcse_loss=simcse, stats=stats)

@@ -37,6 +37,8 @@ from .distributed import DistContext
 from .losses import ContrastiveObjective, LossOutput, contrastive_loss
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# Entries of each rows x N matrix of a loss block in the cached step (float32: 16 MiB), whatever the batch size.
+LOSS_BLOCK_ENTRIES = 2**22
 
 
 @dataclass
@@ -157,18 +159,39 @@ class CachedStep(_StepBase):
     1. Embed: each chunk of K sentences (both views, 2K rows) goes through the encoder without a graph; the RNG
        state is recorded before each chunk.
     2. Loss: the whole batch's loss on the cached 2N embeddings (gathered from every rank under DDP), and its
-       gradient with respect to them. The closed-form mixing keeps this cheap at large N.
+       gradient with respect to them, computed in blocks of anchors (``loss_block_rows``, by default as many as
+       keep each block's rows x N matrices at ``LOSS_BLOCK_ENTRIES``) so the loss's memory grows with N, not N^2.
     3. Replay: each chunk is encoded again from its recorded RNG state, so it draws the same dropout masks (torch's
        and the numpy ones), and back-propagated with its slice of the cached gradient. Parameter gradients add up
        over the chunks to those of one graph over the whole batch; DDP reduces them once, after the last chunk.
     Afterwards the RNG continues from where step 1 left it, as if the replay had not drawn anything.
 
-    Memory: activations of one chunk plus 2N embeddings. Time: one extra forward pass without a graph.
+    Memory: activations of one chunk, 2N embeddings and one block of the loss. Time: one extra forward pass
+    without a graph.
     """
 
-    def __init__(self, *args, mini_batch_size: int, **kwargs):
+    def __init__(self, *args, mini_batch_size: int, loss_block_rows: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.mini_batch_size = mini_batch_size
+        self.mini_batch_size, self.loss_block_rows = mini_batch_size, loss_block_rows
+
+    def _blocked_loss(self, z1: torch.Tensor, z2: torch.Tensor) -> tuple[LossOutput, torch.Tensor, torch.Tensor]:
+        """The global batch's loss and the gradient of (loss x world size, scaled) with respect to this rank's
+        ``z1`` and ``z2``, one block of anchors at a time: each block's graph is freed by its backward pass."""
+        ctx = self.ctx
+        all1 = distributed.gather_with_local_grad(z1.detach(), ctx).requires_grad_()
+        all2 = distributed.gather_with_local_grad(z2.detach(), ctx).requires_grad_()
+        n = all1.shape[0]
+        block = self.loss_block_rows or max(1, LOSS_BLOCK_ENTRIES // n)
+        parts = []
+        for start in range(0, n, block):
+            out = contrastive_loss(all1, all2, self.objective, rows=slice(start, start + block))
+            loss = out.loss * ctx.world_size  # DDP averages gradients; the local slice's gradient is complete
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            parts.append(LossOutput(out.loss.detach(), out.simcse_loss, {k: v.detach() for k, v in out.stats.items()}))
+        total = LossOutput(sum(p.loss for p in parts), sum(p.simcse_loss for p in parts),
+                           {k: sum(p.stats[k] for p in parts) for k in parts[0].stats})
+        local = slice(ctx.rank * z1.shape[0], (ctx.rank + 1) * z1.shape[0])
+        return total, all1.grad[local], all2.grad[local]
 
     def _chunk_views(self, batch: dict[str, torch.Tensor], rows: slice) -> dict[str, torch.Tensor]:
         return self._views({k: v[rows] for k, v in batch.items()})
@@ -189,9 +212,7 @@ class CachedStep(_StepBase):
                 second.append(pooled[k:])
         after_embedding = rng_snapshot(device)
         mark("forward")
-        z1 = torch.cat(first).requires_grad_()
-        z2 = torch.cat(second).requires_grad_()
-        out, _ = self._loss(z1, z2)
+        out, grad1, grad2 = self._blocked_loss(torch.cat(first), torch.cat(second))
         mark("loss")
         for i, rows in enumerate(chunks):
             rng_restore(snapshots[i], device)
@@ -200,10 +221,10 @@ class CachedStep(_StepBase):
             with sync:
                 with self._autocast():
                     pooled = self.model(self._chunk_views(batch, rows), length_buckets=self.length_buckets)
-                pooled.backward(torch.cat([z1.grad[rows], z2.grad[rows]]))
+                pooled.backward(torch.cat([grad1[rows], grad2[rows]]))
         rng_restore(after_embedding, device)
         mark("backward")
-        return self._update(out, torch.cat([z1.grad, z2.grad]), mark)
+        return self._update(out, torch.cat([grad1, grad2]), mark)
 
 
 def make_step(cfg: TrainConfig, ctx: DistContext, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -72,7 +72,7 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def compare(model_dir, preset: str, fast_dropout: bool, k: int = K):
+def compare(model_dir, preset: str, fast_dropout: bool, k: int = K, loss_block_rows: int | None = None):
     objective = PRESETS[preset]
     results = []
     for cached in (True, False):
@@ -82,7 +82,8 @@ def compare(model_dir, preset: str, fast_dropout: bool, k: int = K):
         optimizer = torch.optim.SGD(encoder.parameters(), lr=1.0)
         torch.manual_seed(123)
         if cached:
-            step = CachedStep(DistContext(), encoder, optimizer, objective, mini_batch_size=k)
+            step = CachedStep(DistContext(), encoder, optimizer, objective, mini_batch_size=k,
+                              loss_block_rows=loss_block_rows)
             result = step(batch)
             loss, embedding_grad = result.loss.loss, result.embedding_grad
         else:
@@ -94,10 +95,13 @@ def compare(model_dir, preset: str, fast_dropout: bool, k: int = K):
     assert relative_error(emb_c, emb_r) <= 1e-5
     checked = 0
     for name, g in grads_r.items():
-        if g.norm() > 0:  # the backbone's unused pooler gets no gradient in either
+        if g.norm() > 1e-8:
             assert relative_error(grads_c[name], g) <= 1e-5, name
             checked += 1
-        assert relative_error(weights_c[name], weights_r[name]) <= 1e-5, name
+        else:  # the unused pooler gets none; attention key biases get rounding noise of a gradient that is zero
+            assert (grads_c[name] - g).norm() <= 1e-8, name
+        assert (relative_error(weights_c[name], weights_r[name]) <= 1e-5
+                or (weights_c[name] - weights_r[name]).norm() <= 1e-8), name  # key biases start at zero
     assert checked > 10
     assert torch.equal(rng_c, rng_r)  # the generator continues as after the reference's forward passes
 
@@ -111,6 +115,12 @@ def models(tiny_bert, tiny_modernbert):
 @pytest.mark.parametrize("arch", ["bert", "modernbert"])
 def test_cached_step_equals_one_graph_with_the_same_masks(models, preset, arch):
     compare(models[arch], preset, fast_dropout=False)
+
+
+@pytest.mark.parametrize("preset", ["mixcse", "mixcse-bound", "mixcse-released"])
+def test_loss_in_blocks_of_anchors_gives_the_same_step(models, preset):
+    """Blocks of 5 anchors (not dividing the 16, nor aligned with the chunks of 4): the step of one graph still."""
+    compare(models["bert"], preset, fast_dropout=False, loss_block_rows=5)
 
 
 @pytest.mark.parametrize("arch", ["bert", "modernbert"])

@@ -113,6 +113,28 @@ def test_lam_bound_logs_the_share_of_clipped_pairs():
     assert "lam_clipped" not in contrastive_loss(z1, z2, PRESETS["mixcse"]).stats
 
 
+@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("block", [1, 3, 7])
+def test_blocks_of_anchors_add_up_to_the_batch(preset, block):
+    """Losses, gradients and stats of disjoint anchor blocks (``rows``) sum to the whole batch's: what lets the
+    cached step compute the loss of thousands of sentences in rows x N memory."""
+    z1, z2 = views(n=7)
+    whole = contrastive_loss(z1, z2, PRESETS[preset])
+    g_whole = torch.autograd.grad(whole.loss, (z1, z2))
+    parts = [contrastive_loss(z1, z2, PRESETS[preset], rows=slice(s, s + block)) for s in range(0, 7, block)]
+    g_parts = torch.autograd.grad(sum(p.loss for p in parts), (z1, z2))
+    assert len(parts) == -(-7 // block)
+    assert sum(p.loss for p in parts).item() == pytest.approx(whole.loss.item(), rel=1e-12)
+    assert sum(p.simcse_loss for p in parts).item() == pytest.approx(whole.simcse_loss.item(), rel=1e-12)
+    for a, b in zip(g_parts, g_whole):
+        assert torch.allclose(a, b, atol=1e-12, rtol=1e-10)
+    assert set(whole.stats) == set(parts[0].stats)
+    for key, value in whole.stats.items():
+        assert sum(p.stats[key] for p in parts).item() == pytest.approx(value.item(), rel=1e-10, abs=1e-12), key
+    if block < 7:  # a lone block is not the batch: its share is smaller than the whole
+        assert abs(parts[0].loss.item()) < abs(whole.loss.item())
+
+
 def test_materialised_reference_equals_the_literal_one():
     z1, z2 = views(n=6, d=4, seed=5)
     mat = materialised_mixcse_loss(z1, z2, 0.2, 0.05)
