@@ -181,12 +181,15 @@ def summarise(zero: dict, runs: list[dict]) -> list[dict]:
     groups: dict[tuple, dict[int, dict]] = {}
     won: dict[tuple, int] = {}
     dev_change: dict[tuple, list[float]] = {}
+    last_test: dict[tuple, list[float]] = {}  # test nDCG@10 of the last step's model, where measured
     for r in runs:
         key = (r["backbone"], text_of(r), r["temperature"], r["steps"], r["preset"])
         groups.setdefault(key, {})[r["seed"]] = r["test"]
         won[key] = won.get(key, 0) + r["start_won"]
         # The selection metric at the last step minus the start's: how far training moved it, kept or not.
         dev_change.setdefault(key, []).append(r["dev"]["curve"][-1][1] - r["dev"]["start"])
+        if r.get("test_last_step"):
+            last_test.setdefault(key, []).append(r["test_last_step"]["ndcg@10"])
     rows = []
     for (backbone, segment, tau, steps, preset), by_seed in sorted(groups.items()):
         row = {"backbone": backbone, "segment": segment, "temperature": tau, "steps": steps, "preset": preset,
@@ -201,6 +204,8 @@ def summarise(zero: dict, runs: list[dict]) -> list[dict]:
                 row[f"{metric}_vs_simcse"] = paired(by_seed, simcse, metric)
         row["start_won"] = won[(backbone, segment, tau, steps, preset)]
         row["selection_change_at_last_step"] = mean_std(dev_change[(backbone, segment, tau, steps, preset)])
+        last = last_test.get((backbone, segment, tau, steps, preset))
+        row["ndcg@10_last_step"] = {"n": len(last), "mean_std": mean_std(last)} if last else None
         rows.append(row)
     return rows
 
@@ -225,45 +230,64 @@ def render(zero: dict, rows: list[dict]) -> str:
              "Test split (300 claims, whole corpus), x100. Selected on nDCG@10 of the train claims (sub-corpus). "
              "Differences are paired by seed: mean ± std (wins/n, one-sample t-test p). \"selection Δ at last "
              "step\": the selection metric (train claims) at the run's last step minus the start model's, whichever "
-             "checkpoint was kept: how far training moved it.", "",
+             "checkpoint was kept: how far training moved it. \"last step's nDCG@10\": the test score of the model "
+             "selection did not keep (runs with `--test-last`): what shipping the last step would have given.", "",
              "| backbone | zero-shot nDCG@10 | zero-shot recall@100 |", "|---|---:|---:|"]
     for backbone, z in zero.items():
         lines.append(f"| {backbone} | {z['ndcg@10']:.2f} | {z['recall@100']:.2f} |")
     lines += ["", "| backbone | text | τ | steps | preset | seeds | nDCG@10 | vs zero-shot | vs SimCSE | recall@100 "
-              "| vs zero-shot | start model kept | selection Δ at last step |",
-              "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| vs zero-shot | start model kept | selection Δ at last step | last step's nDCG@10 (n) |",
+              "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         m, sd = r["selection_change_at_last_step"]
         change = f"{m:+.2f}" + ("" if math.isnan(sd) else f" ± {sd:.2f}")
+        last = r.get("ndcg@10_last_step")
+        last = f"{_fmt(last['mean_std'])} ({last['n']})" if last else "–"
         lines.append(f"| {r['backbone']} | {r['segment']} | {r['temperature']:g} | {r['steps']} | {r['preset']} | "
                      f"{len(r['seeds'])} | {_fmt(r['ndcg@10'])} | {_diff(r.get('ndcg@10_vs_zero_shot'))} | "
                      f"{_diff(r.get('ndcg@10_vs_simcse'))} | {_fmt(r['recall@100'])} | "
-                     f"{_diff(r.get('recall@100_vs_zero_shot'))} | {r['start_won']}/{len(r['seeds'])} | {change} |")
+                     f"{_diff(r.get('recall@100_vs_zero_shot'))} | {r['start_won']}/{len(r['seeds'])} | {change} "
+                     f"| {last} |")
     lines += ["", "Published context (GPL paper, msmarco-distilbert start — another model; nDCG@10): "
               + ", ".join(f"{k} {v}" for k, v in PUBLISHED.items()) + ".", ""]
     return "\n".join(lines)
 
 
-def plot(runs: list[dict], path: Path) -> None:
+LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)))
+
+
+def plot(zero: dict, runs: list[dict], path: Path) -> None:
+    """Per backbone: the selection metric over steps (every run; dot = kept), and test nDCG@10 over steps — the start
+    model (zero-shot), and the last step's model where ``--test-last`` measured it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     backbones = sorted({r["backbone"] for r in runs})
-    fig, axes = plt.subplots(1, len(backbones), figsize=(6 * len(backbones), 4), squeeze=False)
-    for ax, backbone in zip(axes[0], backbones):
-        for i, r in enumerate(sorted((r for r in runs if r["backbone"] == backbone), key=lambda r: r["preset"])):
+    presets = sorted({r["preset"] for r in runs})
+    settings = sorted({(text_of(r), r["temperature"]) for r in runs})  # one line style each
+    fig, axes = plt.subplots(2, len(backbones), figsize=(6 * len(backbones), 8), squeeze=False)
+    for col, backbone in enumerate(backbones):
+        top, bottom = axes[0][col], axes[1][col]
+        for r in sorted((r for r in runs if r["backbone"] == backbone), key=lambda r: r["preset"]):
+            style = dict(color=f"C{presets.index(r['preset'])}", alpha=0.8,
+                         linestyle=LINE_STYLES[settings.index((text_of(r), r["temperature"])) % len(LINE_STYLES)])
+            label = f"{r['preset']} {text_of(r)} τ={r['temperature']:g} seed {r['seed']}"
             steps, scores = zip(*r["dev"]["curve"])
-            taus = sorted({x["temperature"] for x in runs})
-            ax.plot(steps, scores, color=f"C{sorted({x['preset'] for x in runs}).index(r['preset'])}", alpha=0.8,
-                    linestyle=("-", "--", ":", "-.")[taus.index(r["temperature"]) % 4],
-                    label=f"{r['preset']} {text_of(r)} τ={r['temperature']:g} seed {r['seed']}")
-            ax.scatter([r["selected_step"]], [r["dev"]["selected"]], color="k", s=12, zorder=3)
-        ax.set_title(f"{backbone}: selection nDCG@10 (train claims, sub-corpus) over steps; dot = kept")
-        ax.set_xlabel("step")
-        ax.set_ylabel("nDCG@10 x100")
-        ax.legend(fontsize=7)
+            top.plot(steps, scores, label=label, **style)
+            top.scatter([r["selected_step"]], [r["dev"]["selected"]], color="k", s=12, zorder=3)
+            last = r.get("test_last_step")
+            if last and backbone in zero:
+                bottom.plot([0, last["step"]], [zero[backbone]["ndcg@10"], last["ndcg@10"]], marker="o", label=label,
+                            **style)
+        top.set_title(f"{backbone}: selection nDCG@10 (train claims, sub-corpus); dot = kept")
+        bottom.set_title(f"{backbone}: test nDCG@10 (test claims, whole corpus): start and last step")
+        for ax in (top, bottom):
+            ax.set_xlabel("step")
+            ax.set_ylabel("nDCG@10 x100")
+            if ax.get_lines():
+                ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -277,7 +301,7 @@ def report() -> None:
                                        "data": "BEIR SciFact (../shared/data/domain/scifact)"})
     (DOCS / "domain_adaptation_results.md").write_text(render(zero, rows))
     if runs:
-        plot(runs, DOCS / "domain_adaptation.png")
+        plot(zero, runs, DOCS / "domain_adaptation.png")
     print(render(zero, rows))
 
 
