@@ -124,8 +124,9 @@ def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: boo
               "loss_curve": [[r["step"], r["loss"], r["simcse_loss"]] for r in log if "loss" in r],
               "train_seconds": result.train_seconds, "train_wall_seconds": train_wall,
               "test_eval_seconds": time.perf_counter() - t0, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if test_last:
-        record["test_last_step"] = last_step_test_scores(out, test_data)
+    if test_last:  # when selection kept the last step, its test scores are already there
+        record["test_last_step"] = ({"step": result.steps, **record["test"]} if result.best_step == result.steps
+                                    else last_step_test_scores(out, test_data))
     folder.mkdir(parents=True, exist_ok=True)
     record_file.write_text(json.dumps(record, indent=2) + "\n")
     shutil.rmtree(out / "checkpoint", ignore_errors=True)  # keep best/ (for later evaluations), not the optimiser
@@ -180,14 +181,14 @@ def text_of(r: dict) -> str:
 def summarise(zero: dict, runs: list[dict]) -> list[dict]:
     groups: dict[tuple, dict[int, dict]] = {}
     won: dict[tuple, int] = {}
-    dev_change: dict[tuple, list[float]] = {}
+    dev_change: dict[tuple, dict[int, dict]] = {}  # per seed, as {"change": ...} for ``paired``
     last_test: dict[tuple, list[float]] = {}  # test nDCG@10 of the last step's model, where measured
     for r in runs:
         key = (r["backbone"], text_of(r), r["temperature"], r["steps"], r["preset"])
         groups.setdefault(key, {})[r["seed"]] = r["test"]
         won[key] = won.get(key, 0) + r["start_won"]
         # The selection metric at the last step minus the start's: how far training moved it, kept or not.
-        dev_change.setdefault(key, []).append(r["dev"]["curve"][-1][1] - r["dev"]["start"])
+        dev_change.setdefault(key, {})[r["seed"]] = {"change": r["dev"]["curve"][-1][1] - r["dev"]["start"]}
         if r.get("test_last_step"):
             last_test.setdefault(key, []).append(r["test_last_step"]["ndcg@10"])
     rows = []
@@ -203,7 +204,11 @@ def summarise(zero: dict, runs: list[dict]) -> list[dict]:
             if preset != "simcse" and simcse:
                 row[f"{metric}_vs_simcse"] = paired(by_seed, simcse, metric)
         row["start_won"] = won[(backbone, segment, tau, steps, preset)]
-        row["selection_change_at_last_step"] = mean_std(dev_change[(backbone, segment, tau, steps, preset)])
+        change = dev_change[(backbone, segment, tau, steps, preset)]
+        row["selection_change_at_last_step"] = mean_std([c["change"] for c in change.values()])
+        simcse_change = dev_change.get((backbone, segment, tau, steps, "simcse"))
+        if preset != "simcse" and simcse_change:
+            row["selection_change_vs_simcse"] = paired(change, simcse_change, "change")
         last = last_test.get((backbone, segment, tau, steps, preset))
         row["ndcg@10_last_step"] = {"n": len(last), "mean_std": mean_std(last)} if last else None
         rows.append(row)
@@ -241,6 +246,8 @@ def render(zero: dict, rows: list[dict]) -> str:
     for r in rows:
         m, sd = r["selection_change_at_last_step"]
         change = f"{m:+.2f}" + ("" if math.isnan(sd) else f" ± {sd:.2f}")
+        if r.get("selection_change_vs_simcse"):
+            change += f"; vs SimCSE {_diff(r['selection_change_vs_simcse'])}"
         last = r.get("ndcg@10_last_step")
         last = f"{_fmt(last['mean_std'])} ({last['n']})" if last else "–"
         lines.append(f"| {r['backbone']} | {r['segment']} | {r['temperature']:g} | {r['steps']} | {r['preset']} | "
