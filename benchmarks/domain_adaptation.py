@@ -76,19 +76,18 @@ class Run:
                 **({} if self.learning_rate is None else {"learning_rate": self.learning_rate})}
 
 
-def test_scores(model_dir: str, data) -> dict:
-    from mixcse.encoder import SentenceEncoder
+def test_scores(encoder, data) -> dict:
+    """The encoder's retrieval scores on ``data`` (the whole corpus), numbers only."""
     from mixcse.evaluation.retrieval import evaluate_retrieval
 
-    encoder = SentenceEncoder.load(model_dir, device="cpu")
-    return evaluate_retrieval(encoder, data, batch_size=32)
+    scores = evaluate_retrieval(encoder, data, batch_size=32)
+    return {k: v for k, v in scores.items() if isinstance(v, (int, float))}
 
 
 def last_step_test_scores(out: Path, test_data) -> dict:
     """Test scores of the model at the run's last step (its checkpoint), whichever checkpoint selection kept: what
     shipping without selection would have given."""
     from mixcse.encoder import SentenceEncoder
-    from mixcse.evaluation.retrieval import evaluate_retrieval
     from mixcse.rundir import checkpoint_path, load_checkpoint
 
     encoder = SentenceEncoder.load(str(out / "best"), device="cpu")  # architecture, pooler and inference length
@@ -97,12 +96,12 @@ def last_step_test_scores(out: Path, test_data) -> dict:
     missing, unexpected = encoder.encoder.load_state_dict(checkpoint["model"], strict=False)
     if missing or any(not key.startswith("head.") for key in unexpected):
         raise RuntimeError(f"checkpoint does not fit best/: missing {missing}, unexpected {unexpected}")
-    scores = evaluate_retrieval(encoder, test_data, batch_size=32)
-    return {"step": checkpoint["state"]["step"], **{k: v for k, v in scores.items() if isinstance(v, (int, float))}}
+    return {"step": checkpoint["state"]["step"], **test_scores(encoder, test_data)}
 
 
 def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: bool = False) -> dict:
     import mixcse
+    from mixcse.encoder import SentenceEncoder
 
     folder = CACHE / run.key
     record_file = folder / "record.json"
@@ -116,11 +115,12 @@ def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: boo
     log = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     t0 = time.perf_counter()
     # When the start model won the selection, best/ holds its weights: its test scores are the zero-shot ones.
-    test = dict(zero) if result.best_step == 0 else test_scores(str(out / "best"), test_data)
+    test = dict(zero) if result.best_step == 0 else test_scores(SentenceEncoder.load(str(out / "best"), device="cpu"),
+                                                                 test_data)
     record = {**asdict(run), "selected_step": result.best_step, "start_won": result.best_step == 0,
               "dev": {"metric": result.select_metric, "start": result.raw_dev, "selected": result.best_dev,
                       "curve": [[r["step"], r[result.select_metric]] for r in log if result.select_metric in r]},
-              "test": {k: test[k] for k in test if isinstance(test[k], (int, float))},
+              "test": test,
               "loss_curve": [[r["step"], r["loss"], r["simcse_loss"]] for r in log if "loss" in r],
               "train_seconds": result.train_seconds, "train_wall_seconds": train_wall,
               "test_eval_seconds": time.perf_counter() - t0, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -137,14 +137,11 @@ def zero_shot(backbone: str, test_data) -> dict:
     path = CACHE / f"zero-shot-{backbone}.json"
     if path.exists():
         return json.loads(path.read_text())
-    pooler = None if backbone == "minilm" else "cls_before_pooler"
     from mixcse.encoder import SentenceEncoder
-    from mixcse.evaluation.retrieval import evaluate_retrieval
 
+    pooler = None if backbone == "minilm" else "cls_before_pooler"
     t0 = time.perf_counter()
-    scores = evaluate_retrieval(SentenceEncoder.load(backbone_path(backbone), pooler=pooler, device="cpu"), test_data,
-                                batch_size=32)
-    record = {k: scores[k] for k in scores if isinstance(scores[k], (int, float))}
+    record = test_scores(SentenceEncoder.load(backbone_path(backbone), pooler=pooler, device="cpu"), test_data)
     record["seconds"] = time.perf_counter() - t0
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
