@@ -44,6 +44,9 @@ PUBLISHED = {  # GPL paper (Wang et al., 2022), SciFact nDCG@10, msmarco-distilb
     "zero-shot": 57.1, "SimCSE": 55.0, "CT": 55.6, "MLM": 60.0, "TSDAE": 62.8, "GPL": 65.2}
 
 
+DEFAULT_BATCH = 64
+
+
 @dataclass(frozen=True)
 class Run:
     backbone: str
@@ -52,28 +55,34 @@ class Run:
     segment: str
     temperature: float = 0.05
     steps: int = 200
-    batch_size: int = 64
+    batch_size: int = DEFAULT_BATCH
     eval_steps: int = 50
     select_docs: int | None = None
     positives: str = "dropout"  # or neighbours / title: then ``segment`` only sets the training length
     learning_rate: float | None = None  # None: the backbone's (BACKBONES)
+    mix_lambda: float | None = None  # None: the preset's λ (0.2)
+    max_length: int | None = None  # training max_seq_length; None: SEGMENT_LENGTH of the segmentation
 
     @property
     def key(self) -> str:
+        """The cache folder's name: settings left at their defaults are not in it, so older records stay valid."""
         pairs = "" if self.positives == "dropout" else f"-{self.positives}"
-        lr = "" if self.learning_rate is None else f"-lr{self.learning_rate:g}"
+        extra = "".join(f"-{name}{value:g}" for name, value in (("lr", self.learning_rate), ("lam", self.mix_lambda),
+                                                                 ("len", self.max_length)) if value is not None)
         return (f"{self.backbone}-{self.preset}-{self.segment}{pairs}-t{self.temperature:g}-s{self.steps}"
-                f"-b{self.batch_size}{lr}-seed{self.seed}")
+                f"-b{self.batch_size}{extra}-seed{self.seed}")
 
     def train_config(self, out: Path, threads: int | None) -> dict:
         return {"model": backbone_path(self.backbone), "train_file": str(SCIFACT / "corpus.jsonl"),
                 "output_dir": str(out), "loss": self.preset, "temperature": self.temperature,
-                "segment": self.segment, "max_seq_length": SEGMENT_LENGTH[self.segment], **BACKBONES[self.backbone],
+                "segment": self.segment, "max_seq_length": self.max_length or SEGMENT_LENGTH[self.segment],
+                **BACKBONES[self.backbone],
                 "batch_size": self.batch_size, "max_steps": self.steps, "eval_steps": self.eval_steps,
                 "log_steps": 10, "seed": self.seed, "select_on": "retrieval", "select_data": str(SCIFACT),
                 "select_split": "train", "select_docs": self.select_docs, "precision": "auto",
                 "positives": self.positives, "num_threads": threads,
-                **({} if self.learning_rate is None else {"learning_rate": self.learning_rate})}
+                **({} if self.learning_rate is None else {"learning_rate": self.learning_rate}),
+                **({} if self.mix_lambda is None else {"lam": self.mix_lambda})}
 
 
 def test_scores(encoder, data) -> dict:
@@ -99,7 +108,26 @@ def last_step_test_scores(out: Path, test_data) -> dict:
     return {"step": checkpoint["state"]["step"], **test_scores(encoder, test_data)}
 
 
-def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: bool = False) -> dict:
+def test_curve(out: Path, record: dict, test_data, zero: dict) -> list[dict]:
+    """Test scores of every candidate selection scored (``save_candidates``): the start's are the zero-shot ones,
+    the kept step's are already in the record."""
+    from mixcse.encoder import SentenceEncoder
+    from mixcse.rundir import candidate_path
+
+    curve = []
+    for step, _ in record["dev"]["curve"]:
+        if step == 0:
+            scores = zero
+        elif step == record["selected_step"]:
+            scores = record["test"]
+        else:
+            scores = test_scores(SentenceEncoder.load(str(candidate_path(out, step)), device="cpu"), test_data)
+        curve.append({"step": step, **{m: scores[m] for m in METRICS}})
+    return curve
+
+
+def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: bool = False,
+            curve: bool = False) -> dict:
     import mixcse
     from mixcse.encoder import SentenceEncoder
 
@@ -110,7 +138,7 @@ def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: boo
     out = folder / "run"
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        result = mixcse.train(run.train_config(out, threads), overwrite=True)
+        result = mixcse.train({**run.train_config(out, threads), "save_candidates": curve}, overwrite=True)
     train_wall = time.perf_counter() - t0
     log = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     t0 = time.perf_counter()
@@ -124,7 +152,13 @@ def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: boo
               "loss_curve": [[r["step"], r["loss"], r["simcse_loss"]] for r in log if "loss" in r],
               "train_seconds": result.train_seconds, "train_wall_seconds": train_wall,
               "test_eval_seconds": time.perf_counter() - t0, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if test_last:  # when selection kept the last step, its test scores are already there
+    if curve:  # test scores over steps; the last step's among them
+        t0 = time.perf_counter()
+        record["test_curve"] = test_curve(out, record, test_data, zero)
+        record["test_curve_seconds"] = time.perf_counter() - t0
+        record["test_last_step"] = record["test_curve"][-1]
+        shutil.rmtree(out / "candidates")
+    elif test_last:  # when selection kept the last step, its test scores are already there
         record["test_last_step"] = ({"step": result.steps, **record["test"]} if result.best_step == result.steps
                                     else last_step_test_scores(out, test_data))
     folder.mkdir(parents=True, exist_ok=True)
@@ -172,7 +206,9 @@ def text_of(r: dict) -> str:
     backbone's."""
     positives = r.get("positives", "dropout")
     text = r["segment"] if positives == "dropout" else f"{positives} pairs"
-    return text + (f", lr {r['learning_rate']:g}" if r.get("learning_rate") is not None else "")
+    for name, key in (("lr", "learning_rate"), ("λ", "mix_lambda"), ("length", "max_length")):
+        text += f", {name} {r[key]:g}" if r.get(key) is not None else ""
+    return text + (f", batch {r['batch_size']}" if r["batch_size"] != DEFAULT_BATCH else "")
 
 
 def summarise(zero: dict, runs: list[dict]) -> list[dict]:
@@ -233,7 +269,8 @@ def render(zero: dict, rows: list[dict]) -> str:
              "Differences are paired by seed: mean ± std (wins/n, one-sample t-test p). \"selection Δ at last "
              "step\": the selection metric (train claims) at the run's last step minus the start model's, whichever "
              "checkpoint was kept: how far training moved it. \"last step's nDCG@10\": the test score of the model "
-             "selection did not keep (runs with `--test-last`): what shipping the last step would have given.", "",
+             "selection did not keep (runs with `--test-last` or `--test-curve`): what shipping the last step would "
+             "have given.", "",
              "| backbone | zero-shot nDCG@10 | zero-shot recall@100 |", "|---|---:|---:|"]
     for backbone, z in zero.items():
         lines.append(f"| {backbone} | {z['ndcg@10']:.2f} | {z['recall@100']:.2f} |")
@@ -262,7 +299,8 @@ LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)))
 
 def plot(zero: dict, runs: list[dict], path: Path) -> None:
     """Per backbone: the selection metric over steps (every run; dot = kept), and test nDCG@10 over steps — the start
-    model (zero-shot), and the last step's model where ``--test-last`` measured it."""
+    model (zero-shot) and every evaluated checkpoint where ``--test-curve`` measured them, else the last step's
+    model where ``--test-last`` did."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -282,11 +320,14 @@ def plot(zero: dict, runs: list[dict], path: Path) -> None:
             top.plot(steps, scores, label=label, **style)
             top.scatter([r["selected_step"]], [r["dev"]["selected"]], color="k", s=12, zorder=3)
             last = r.get("test_last_step")
-            if last and backbone in zero:
+            if r.get("test_curve"):
+                bottom.plot([p["step"] for p in r["test_curve"]], [p["ndcg@10"] for p in r["test_curve"]], marker="o",
+                            label=label, **style)
+            elif last and backbone in zero:
                 bottom.plot([0, last["step"]], [zero[backbone]["ndcg@10"], last["ndcg@10"]], marker="o", label=label,
                             **style)
         top.set_title(f"{backbone}: selection nDCG@10 (train claims, sub-corpus); dot = kept")
-        bottom.set_title(f"{backbone}: test nDCG@10 (test claims, whole corpus): start and last step")
+        bottom.set_title(f"{backbone}: test nDCG@10 (test claims, whole corpus) over steps")
         for ax in (top, bottom):
             ax.set_xlabel("step")
             ax.set_ylabel("nDCG@10 x100")
@@ -317,13 +358,19 @@ def main() -> int:
     ap.add_argument("--segments", default="sentence,passage")
     ap.add_argument("--temperatures", default="0.05")
     ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=DEFAULT_BATCH)
     ap.add_argument("--eval-steps", type=int, default=50)
     ap.add_argument("--select-docs", type=int, default=None)
     ap.add_argument("--positives", default="dropout", help="dropout, neighbours or title (docs/domain-adaptation.md)")
     ap.add_argument("--learning-rate", type=float, default=None, help="default: the backbone's (BACKBONES)")
+    ap.add_argument("--lam", type=float, default=None, help="MixCSE's λ; default: the preset's (0.2)")
+    ap.add_argument("--max-length", type=int, default=None,
+                    help="training max_seq_length; default: 64 for sentences, 256 for passages")
     ap.add_argument("--test-last", action="store_true",
                     help="also score the last step's model on the test split (one more whole-corpus evaluation)")
+    ap.add_argument("--test-curve", action="store_true",
+                    help="score every evaluated checkpoint on the test split (one whole-corpus evaluation each); "
+                         "the figure's test curves")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
@@ -341,9 +388,10 @@ def main() -> int:
                     for seed in (int(s) for s in args.seeds.split(",")):
                         for preset in presets:
                             run = Run(backbone, preset, seed, segment, tau, args.steps, args.batch_size,
-                                      args.eval_steps, args.select_docs, args.positives, args.learning_rate)
+                                      args.eval_steps, args.select_docs, args.positives, args.learning_rate,
+                                      args.lam, args.max_length)
                             t0 = time.perf_counter()
-                            rec = run_one(run, test_data, z, args.threads, args.test_last)
+                            rec = run_one(run, test_data, z, args.threads, args.test_last, args.test_curve)
                             print(f"{run.key}: selected step {rec['selected_step']}, test "
                                   + ", ".join(f"{m} {rec['test'][m]:.2f}" for m in METRICS)
                                   + f" ({time.perf_counter() - t0:.0f} s)", flush=True)

@@ -84,6 +84,9 @@ class TrainConfig:
     # inference length saved with best/ and used by selection; None = the starting model's own (e.g. 256 for
     # all-MiniLM-L6-v2), which training's max_seq_length does not change
     inference_max_seq_length: int | None = None
+    # also save every scored candidate (the start model included) as a model in candidates/step-N/, to compare
+    # them later on data selection must not see (e.g. a test split); one model's size on disk per evaluation
+    save_candidates: bool = False
     eval_steps: int = 125
     eval_batch_size: int = 128
     analysis_at_eval: bool = False  # also log alignment/uniformity/max angle of STS-B dev at each evaluation

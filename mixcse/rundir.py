@@ -28,7 +28,8 @@ from .fileio import atomic_path
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "state.pt"
 BEST_DIR = "best"
-OWNED_OUTPUTS = (CHECKPOINT_DIR, BEST_DIR, "metrics.jsonl", "config.yaml", "summary.json",
+CANDIDATES_DIR = "candidates"  # save_candidates: candidates/step-N/, one saved model per selection
+OWNED_OUTPUTS = (CHECKPOINT_DIR, BEST_DIR, CANDIDATES_DIR, "metrics.jsonl", "config.yaml", "summary.json",
                  "runs", "wandb")  # runs/, wandb/: the experiment trackers' files (mixcse/tracking.py)
 
 
@@ -132,3 +133,8 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def candidate_path(out: Path, step: int) -> Path:
+    """Where ``save_candidates`` puts the model scored at ``step``."""
+    return Path(out) / CANDIDATES_DIR / f"step-{step}"

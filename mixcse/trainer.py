@@ -27,7 +27,7 @@ from .evaluation.selection import better, build_selector
 from .fast_dropout import use_fast_dropout
 from .model import load_encoder
 from .progress import Progress
-from .rundir import (BEST_DIR, MetricsLog, checkpoint_path, clear_owned_outputs, load_checkpoint,
+from .rundir import (BEST_DIR, MetricsLog, candidate_path, checkpoint_path, clear_owned_outputs, load_checkpoint,
                      prepare_output_dir, rng_state, save_checkpoint, seed_everything, set_rng_state)
 from .step import make_step
 from .tracking import Trackers, open_trackers
@@ -224,6 +224,8 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         selection = selector(inference) if ctx.is_main else None
         selection = distributed.broadcast_object(selection, ctx)
         encoder.train()
+        if cfg.save_candidates and ctx.is_main:
+            encoder.save(candidate_path(out, step), tokenizer, max_seq_length=inference_length)
         if step == 0:
             state["raw_dev"] = selection.score
         if state["best_step"] is None or better(selection.score, state["best_dev"], selector.greater_is_better):

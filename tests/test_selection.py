@@ -50,6 +50,24 @@ def test_a_better_checkpoint_replaces_the_start(tiny_bert, synthetic_data, tmp_p
     assert json.loads((tmp_path / "run/summary.json").read_text())["start_won"] is False
 
 
+def test_save_candidates_keeps_every_scored_model_and_overwrite_removes_them(tiny_bert, synthetic_data, tmp_path,
+                                                                            monkeypatch):
+    scores = iter([10.0, 40.0, 30.0, 10.0, 40.0, 30.0])  # step 0 (start), 2, 4; twice
+    monkeypatch.setattr(StsbDevSelector, "__call__", lambda self, encoder: Selection(next(scores)))
+    out = tmp_path / "run"
+    cfg = tiny(tiny_bert, synthetic_data, out, save_candidates=True)
+    mixcse.train(cfg)
+    assert sorted(p.name for p in (out / "candidates").iterdir()) == ["step-0", "step-2", "step-4"]
+    start = SentenceEncoder.load(tiny_bert, pooler="cls_before_pooler").encode(SENTENCES)
+    candidate = {step: SentenceEncoder.load(out / f"candidates/step-{step}").encode(SENTENCES) for step in (0, 2, 4)}
+    np.testing.assert_allclose(candidate[0], start, atol=1e-6)
+    np.testing.assert_array_equal(candidate[2], SentenceEncoder.load(out / "best").encode(SENTENCES))  # kept: step 2
+    assert not np.allclose(candidate[2], candidate[4], atol=1e-6)  # the steps' own weights, not one copy
+    (out / "candidates/step-9").mkdir()  # a stale candidate of an earlier run: --overwrite clears the folder
+    mixcse.train({**cfg, "save_candidates": False}, overwrite=True)
+    assert not (out / "candidates").exists()
+
+
 def test_better_ranks_nan_and_none_last():
     assert better(1.0, None) and better(1.0, float("nan")) and not better(float("nan"), 1.0)
     assert better(2.0, 1.0) and not better(1.0, 1.0) and better(1.0, 2.0, greater_is_better=False)

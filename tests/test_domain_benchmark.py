@@ -1,0 +1,58 @@
+"""benchmarks/domain_adaptation.py on a tiny model and a tiny BEIR folder: run keys, the test curve over every
+evaluated checkpoint (``--test-curve``), and rows kept apart by the settings that differ."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from mixcse.encoder import SentenceEncoder
+from mixcse.evaluation.retrieval import load_beir
+from test_selection import write_tiny_beir
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+domain = pytest.importorskip("domain_adaptation")
+
+
+def test_keys_name_only_the_settings_that_differ_from_the_defaults():
+    assert domain.Run("minilm", "mixcse", 0, "sentence").key == "minilm-mixcse-sentence-t0.05-s200-b64-seed0"
+    run = domain.Run("minilm", "mixcse", 1, "sentence", batch_size=128, learning_rate=3e-6, mix_lambda=0.5,
+                     max_length=128)
+    assert run.key == "minilm-mixcse-sentence-t0.05-s200-b128-lr3e-06-lam0.5-len128-seed1"
+    config = run.train_config(Path("out"), None)
+    assert (config["lam"], config["max_seq_length"], config["learning_rate"], config["batch_size"]) == (
+        0.5, 128, 3e-6, 128)
+    assert "lam" not in domain.Run("minilm", "mixcse", 0, "sentence").train_config(Path("out"), None)
+    assert domain.text_of(asdict(run)) == "sentence, lr 3e-06, λ 0.5, length 128, batch 128"
+
+
+def test_test_curve_scores_every_evaluated_checkpoint(tiny_bert, tmp_path, monkeypatch):
+    beir = write_tiny_beir(tmp_path / "beir")
+    monkeypatch.setattr(domain, "SCIFACT", beir)
+    monkeypatch.setattr(domain, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(domain, "backbone_path", lambda backbone: str(tiny_bert))
+    monkeypatch.setattr(domain, "BACKBONES", {"tiny": {"pooler": "cls", "learning_rate": 1e-3}})
+    test_data = load_beir(beir, "test")
+    zero = domain.test_scores(SentenceEncoder.load(tiny_bert, pooler="cls_before_pooler"), test_data)
+    run = domain.Run("tiny", "mixcse", 0, "sentence", steps=4, batch_size=16, eval_steps=2, select_docs=5,
+                     max_length=16)
+    record = domain.run_one(run, test_data, zero, threads=None, curve=True)
+
+    assert [p["step"] for p in record["test_curve"]] == [0, 2, 4]
+    assert record["test_curve"][0] == {"step": 0, **{m: zero[m] for m in domain.METRICS}}
+    assert record["test_last_step"] == record["test_curve"][-1]
+    assert not (tmp_path / "cache" / run.key / "run" / "candidates").exists()  # scored, then removed
+    kept = next(p for p in record["test_curve"] if p["step"] == record["selected_step"])
+    assert kept == {"step": record["selected_step"], **{m: record["test"][m] for m in domain.METRICS}}
+    # The last point is the model of an independent run without selection (best/ = its last step): the candidates
+    # are the trained steps' own weights, and saving them changes nothing in training.
+    plain = domain.run_one(domain.Run("tiny", "mixcse", 0, "sentence", steps=4, batch_size=16, eval_steps=4,
+                                      select_docs=5, max_length=16, learning_rate=1e-3), test_data, zero, None,
+                           test_last=True)
+    assert plain["test_last_step"]["step"] == 4
+    for metric in domain.METRICS:
+        assert record["test_curve"][-1][metric] == pytest.approx(plain["test_last_step"][metric], abs=1e-9)
