@@ -37,6 +37,11 @@ def checkpoint_path(out: Path) -> Path:
     return Path(out) / CHECKPOINT_DIR / CHECKPOINT_FILE
 
 
+def candidate_path(out: Path, step: int) -> Path:
+    """Where ``save_candidates`` puts the model scored at ``step``."""
+    return Path(out) / CANDIDATES_DIR / f"step-{step}"
+
+
 def _saved_config(out: Path) -> dict | None:
     try:
         return (yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8")) or {}).get("config")
@@ -133,8 +138,3 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def candidate_path(out: Path, step: int) -> Path:
-    """Where ``save_candidates`` puts the model scored at ``step``."""
-    return Path(out) / CANDIDATES_DIR / f"step-{step}"
