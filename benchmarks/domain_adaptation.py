@@ -217,7 +217,7 @@ def summarise(zero: dict, runs: list[dict]) -> list[dict]:
     dev_change: dict[tuple, dict[int, dict]] = {}  # per seed, as {"change": ...} for ``paired``
     last_test: dict[tuple, list[float]] = {}  # test nDCG@10 of the last step's model, where measured
     for r in runs:
-        key = (r["backbone"], text_of(r), r["temperature"], r["steps"], r["preset"])
+        key = (r["backbone"], text_of(r), r["temperature"], r["steps"], r["eval_steps"], r["preset"])
         groups.setdefault(key, {})[r["seed"]] = r["test"]
         won[key] = won.get(key, 0) + r["start_won"]
         # The selection metric at the last step minus the start's: how far training moved it, kept or not.
@@ -225,24 +225,25 @@ def summarise(zero: dict, runs: list[dict]) -> list[dict]:
         if r.get("test_last_step"):
             last_test.setdefault(key, []).append(r["test_last_step"]["ndcg@10"])
     rows = []
-    for (backbone, segment, tau, steps, preset), by_seed in sorted(groups.items()):
-        row = {"backbone": backbone, "segment": segment, "temperature": tau, "steps": steps, "preset": preset,
+    for (backbone, segment, tau, steps, every, preset), by_seed in sorted(groups.items()):
+        row = {"backbone": backbone, "segment": segment, "temperature": tau, "steps": steps, "eval_steps": every,
+               "preset": preset,
                "seeds": sorted(by_seed)}
         for metric in METRICS:
             row[metric] = mean_std([t[metric] for t in by_seed.values()])
             z = zero.get(backbone, {}).get(metric)
             if z is not None:
                 row[f"{metric}_vs_zero_shot"] = paired(by_seed, {s: {metric: z} for s in by_seed}, metric)
-            simcse = groups.get((backbone, segment, tau, steps, "simcse"))
+            simcse = groups.get((backbone, segment, tau, steps, every, "simcse"))
             if preset != "simcse" and simcse:
                 row[f"{metric}_vs_simcse"] = paired(by_seed, simcse, metric)
-        row["start_won"] = won[(backbone, segment, tau, steps, preset)]
-        change = dev_change[(backbone, segment, tau, steps, preset)]
+        row["start_won"] = won[(backbone, segment, tau, steps, every, preset)]
+        change = dev_change[(backbone, segment, tau, steps, every, preset)]
         row["selection_change_at_last_step"] = mean_std([c["change"] for c in change.values()])
-        simcse_change = dev_change.get((backbone, segment, tau, steps, "simcse"))
+        simcse_change = dev_change.get((backbone, segment, tau, steps, every, "simcse"))
         if preset != "simcse" and simcse_change:
             row["selection_change_vs_simcse"] = paired(change, simcse_change, "change")
-        last = last_test.get((backbone, segment, tau, steps, preset))
+        last = last_test.get((backbone, segment, tau, steps, every, preset))
         row["ndcg@10_last_step"] = {"n": len(last), "mean_std": mean_std(last)} if last else None
         rows.append(row)
     return rows
@@ -274,9 +275,9 @@ def render(zero: dict, rows: list[dict]) -> str:
              "| backbone | zero-shot nDCG@10 | zero-shot recall@100 |", "|---|---:|---:|"]
     for backbone, z in zero.items():
         lines.append(f"| {backbone} | {z['ndcg@10']:.2f} | {z['recall@100']:.2f} |")
-    lines += ["", "| backbone | text | τ | steps | preset | seeds | nDCG@10 | vs zero-shot | vs SimCSE | recall@100 "
+    lines += ["", "| backbone | text | τ | steps | selection every | preset | seeds | nDCG@10 | vs zero-shot | vs SimCSE | recall@100 "
               "| vs zero-shot | start model kept | selection Δ at last step | last step's nDCG@10 (n) |",
-              "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         m, sd = r["selection_change_at_last_step"]
         change = f"{m:+.2f}" + ("" if math.isnan(sd) else f" ± {sd:.2f}")
@@ -284,7 +285,8 @@ def render(zero: dict, rows: list[dict]) -> str:
             change += f"; vs SimCSE {_diff(r['selection_change_vs_simcse'])}"
         last = r.get("ndcg@10_last_step")
         last = f"{_fmt(last['mean_std'])} ({last['n']})" if last else "–"
-        lines.append(f"| {r['backbone']} | {r['segment']} | {r['temperature']:g} | {r['steps']} | {r['preset']} | "
+        lines.append(f"| {r['backbone']} | {r['segment']} | {r['temperature']:g} | {r['steps']} | {r['eval_steps']} | "
+                     f"{r['preset']} | "
                      f"{len(r['seeds'])} | {_fmt(r['ndcg@10'])} | {_diff(r.get('ndcg@10_vs_zero_shot'))} | "
                      f"{_diff(r.get('ndcg@10_vs_simcse'))} | {_fmt(r['recall@100'])} | "
                      f"{_diff(r.get('recall@100_vs_zero_shot'))} | {r['start_won']}/{len(r['seeds'])} | {change} "

@@ -56,3 +56,9 @@ def test_test_curve_scores_every_evaluated_checkpoint(tiny_bert, tmp_path, monke
     assert plain["test_last_step"]["step"] == 4
     for metric in domain.METRICS:
         assert record["test_curve"][-1][metric] == pytest.approx(plain["test_last_step"][metric], abs=1e-9)
+    # Runs that differ in a setting (here the learning rate and the selection cadence) are rows of their own.
+    rows = domain.summarise({"tiny": zero}, [record, plain])
+    assert sorted((r["eval_steps"], r["segment"]) for r in rows) == [
+        (2, "sentence, length 16, batch 16"), (4, "sentence, lr 0.001, length 16, batch 16")]
+    table = domain.render({"tiny": zero}, rows)
+    assert table.count("| tiny | sentence, ") == 2
