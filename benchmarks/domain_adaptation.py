@@ -311,15 +311,18 @@ def plot(zero: dict, runs: list[dict], path: Path) -> None:
     backbones = sorted({r["backbone"] for r in runs})
     presets = sorted({r["preset"] for r in runs})
     settings = sorted({(text_of(r), r["temperature"]) for r in runs})  # one line style each
-    fig, axes = plt.subplots(2, len(backbones), figsize=(6 * len(backbones), 8), squeeze=False)
+    fig, axes = plt.subplots(2, len(backbones), figsize=(7 * len(backbones), 9), squeeze=False)
     for col, backbone in enumerate(backbones):
         top, bottom = axes[0][col], axes[1][col]
+        labelled: set[str] = set()
         for r in sorted((r for r in runs if r["backbone"] == backbone), key=lambda r: r["preset"]):
             style = dict(color=f"C{presets.index(r['preset'])}", alpha=0.8,
                          linestyle=LINE_STYLES[settings.index((text_of(r), r["temperature"])) % len(LINE_STYLES)])
-            label = f"{r['preset']} {text_of(r)} τ={r['temperature']:g} seed {r['seed']}"
+            setting = f"{r['preset']} {text_of(r)} τ={r['temperature']:g}"
+            label = f"{setting} seed {r['seed']}"
             steps, scores = zip(*r["dev"]["curve"])
-            top.plot(steps, scores, label=label, **style)
+            top.plot(steps, scores, label=None if setting in labelled else setting, **style)  # seeds: one entry
+            labelled.add(setting)
             top.scatter([r["selected_step"]], [r["dev"]["selected"]], color="k", s=12, zorder=3)
             last = r.get("test_last_step")
             if r.get("test_curve"):
@@ -334,7 +337,7 @@ def plot(zero: dict, runs: list[dict], path: Path) -> None:
             ax.set_xlabel("step")
             ax.set_ylabel("nDCG@10 x100")
             if ax.get_lines():
-                ax.legend(fontsize=7)
+                ax.legend(fontsize=6, ncol=2 if ax is top else 1, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
