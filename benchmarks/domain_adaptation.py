@@ -225,7 +225,9 @@ def summarise(zero: dict, runs: list[dict]) -> list[dict]:
         if r.get("test_last_step"):
             last_test.setdefault(key, []).append(r["test_last_step"]["ndcg@10"])
     rows = []
-    for (backbone, segment, tau, steps, every, preset), by_seed in sorted(groups.items()):
+    for key, by_seed in sorted(groups.items()):
+        backbone, segment, tau, steps, every, preset = key
+        simcse_key = key[:-1] + ("simcse",)
         row = {"backbone": backbone, "segment": segment, "temperature": tau, "steps": steps, "eval_steps": every,
                "preset": preset,
                "seeds": sorted(by_seed)}
@@ -234,16 +236,16 @@ def summarise(zero: dict, runs: list[dict]) -> list[dict]:
             z = zero.get(backbone, {}).get(metric)
             if z is not None:
                 row[f"{metric}_vs_zero_shot"] = paired(by_seed, {s: {metric: z} for s in by_seed}, metric)
-            simcse = groups.get((backbone, segment, tau, steps, every, "simcse"))
+            simcse = groups.get(simcse_key)
             if preset != "simcse" and simcse:
                 row[f"{metric}_vs_simcse"] = paired(by_seed, simcse, metric)
-        row["start_won"] = won[(backbone, segment, tau, steps, every, preset)]
-        change = dev_change[(backbone, segment, tau, steps, every, preset)]
+        row["start_won"] = won[key]
+        change = dev_change[key]
         row["selection_change_at_last_step"] = mean_std([c["change"] for c in change.values()])
-        simcse_change = dev_change.get((backbone, segment, tau, steps, every, "simcse"))
+        simcse_change = dev_change.get(simcse_key)
         if preset != "simcse" and simcse_change:
             row["selection_change_vs_simcse"] = paired(change, simcse_change, "change")
-        last = last_test.get((backbone, segment, tau, steps, every, preset))
+        last = last_test.get(key)
         row["ndcg@10_last_step"] = {"n": len(last), "mean_std": mean_std(last)} if last else None
         rows.append(row)
     return rows
