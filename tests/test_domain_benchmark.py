@@ -30,6 +30,28 @@ def test_keys_name_only_the_settings_that_differ_from_the_defaults():
     assert domain.text_of(asdict(run)) == "sentence, lr 3e-06, λ 0.5, length 128, batch 128"
 
 
+def test_a_fresh_cache_is_restored_from_the_committed_results_without_overwriting(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(domain, "CACHE", tmp_path / "cache")
+    old = {"backbone": "minilm", "preset": "simcse", "seed": 2, "segment": "sentence", "temperature": 0.05,
+           "steps": 200, "batch_size": 64, "eval_steps": 100, "select_docs": 500, "positives": None,
+           "test": {"ndcg@10": 1.0}}  # written before ``positives`` existed: its default applies
+    new = {**asdict(domain.Run("minilm", "mixcse", 0, "passage", mix_lambda=0.5)), "test": {"ndcg@10": 2.0}}
+    results = tmp_path / "domain_adaptation.json"
+    results.write_text(json.dumps({"zero_shot": {"minilm": {"ndcg@10": 64.5}}, "runs": [old, new]}))
+    kept = domain.CACHE / domain.run_of(new).key / "record.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text(json.dumps({**new, "test": {"ndcg@10": 3.0}}))  # a newer local record wins
+
+    assert domain.restore_cache(results) == 2
+    assert json.loads((domain.CACHE / "minilm-simcse-sentence-t0.05-s200-b64-seed2" / "record.json").read_text()) == old
+    assert json.loads(kept.read_text())["test"] == {"ndcg@10": 3.0}
+    assert json.loads((domain.CACHE / "zero-shot-minilm.json").read_text()) == {"ndcg@10": 64.5}
+    assert domain.restore_cache(results) == 0
+    assert domain.restore_cache(tmp_path / "missing.json") == 0
+
+
 def test_test_curve_scores_every_evaluated_checkpoint(tiny_bert, tmp_path, monkeypatch):
     beir = write_tiny_beir(tmp_path / "beir")
     monkeypatch.setattr(domain, "SCIFACT", beir)
