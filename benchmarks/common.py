@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -184,6 +185,28 @@ def check_peak_meter() -> float:
     if abs(peak - 150_000_000) > 1_000_000:
         raise RuntimeError(f"peak-memory meter self-test failed: {peak} bytes instead of 150e6")
     return peak / 1e6
+
+
+def code_version() -> str:
+    """The commit the code ran at, "+changes" when tracked files differed from it ("unknown" outside git)."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=REPO).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+changes" if dirty else "")
+
+
+def json_safe(value):
+    """``value`` with every NaN float as None, so the JSON is valid for strict parsers."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def write_result(name: str, payload: dict) -> Path:

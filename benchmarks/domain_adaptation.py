@@ -13,8 +13,8 @@ Zero-shot rows are the start models scored the same way.
 Every finished run is cached in benchmarks/cache/domain/<key>/record.json (with its run directory), so an
 interrupted benchmark resumes where it stopped and ``--report-only`` rebuilds the outputs at once:
 benchmarks/results/domain_adaptation.json, docs/domain_adaptation_results.md and docs/domain_adaptation.png.
-The committed JSON holds every record, so on a fresh clone (empty cache) its runs are restored first: they are
-neither re-trained nor dropped from the outputs.
+The committed JSON holds every record, so into an empty cache (a fresh clone) its runs are restored first: they are
+neither re-trained nor dropped from the outputs. To redo a run, delete its cache folder.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from common import REPO, RESULTS, SHARED, backbone_path, write_result
+from common import REPO, RESULTS, SHARED, backbone_path, code_version, json_safe, machine_info, write_result
 
 SCIFACT = SHARED / "data" / "domain" / "scifact"
 CACHE = REPO / "benchmarks" / "cache" / "domain"
@@ -48,6 +48,9 @@ PUBLISHED = {  # GPL paper (Wang et al., 2022), SciFact nDCG@10, msmarco-distilb
 
 
 DEFAULT_BATCH = 64
+DEFAULT_EVAL_STEPS = 50
+DEFAULT_SELECT_DOCS = 500  # the selection sub-corpus: the train claims' relevant abstracts + 500 others
+LOSS_TAIL = 5  # "loss at the end": the mean of the last LOSS_TAIL logged losses (each is one batch's)
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,8 @@ class Run:
     temperature: float = 0.05
     steps: int = 200
     batch_size: int = DEFAULT_BATCH
-    eval_steps: int = 50
-    select_docs: int | None = None
+    eval_steps: int = DEFAULT_EVAL_STEPS
+    select_docs: int = DEFAULT_SELECT_DOCS
     positives: str = "dropout"  # or neighbours / title: then ``segment`` only sets the training length
     learning_rate: float | None = None  # None: the backbone's (BACKBONES)
     mix_lambda: float | None = None  # None: the preset's λ (0.2)
@@ -68,10 +71,12 @@ class Run:
 
     @property
     def key(self) -> str:
-        """The cache folder's name: settings left at their defaults are not in it, so older records stay valid."""
+        """The cache folder's name: every setting, those left at their defaults omitted."""
         pairs = "" if self.positives == "dropout" else f"-{self.positives}"
-        extra = "".join(f"-{name}{value:g}" for name, value in (("lr", self.learning_rate), ("lam", self.mix_lambda),
-                                                                 ("len", self.max_length)) if value is not None)
+        optional = (("lr", self.learning_rate), ("lam", self.mix_lambda), ("len", self.max_length),
+                    ("every", None if self.eval_steps == DEFAULT_EVAL_STEPS else self.eval_steps),
+                    ("docs", None if self.select_docs == DEFAULT_SELECT_DOCS else self.select_docs))
+        extra = "".join(f"-{name}{value:g}" for name, value in optional if value is not None)
         return (f"{self.backbone}-{self.preset}-{self.segment}{pairs}-t{self.temperature:g}-s{self.steps}"
                 f"-b{self.batch_size}{extra}-seed{self.seed}")
 
@@ -89,13 +94,14 @@ class Run:
 
 
 def run_of(record: dict) -> Run:
-    """The run a record came from (records written before a setting existed lack it: its default applies)."""
+    """The run a record came from (a setting a record lacks takes its default)."""
     return Run(**{f: record[f] for f in Run.__dataclass_fields__ if record.get(f) is not None})
 
 
 def restore_cache(results: Path = RESULTS_FILE) -> int:
-    """Write the records of the committed results that the cache lacks; how many were written."""
-    if not results.exists():
+    """Fill an empty cache with the records of the committed results; how many were written. A cache that holds
+    any record is left as it is, so a deleted run stays deleted (and is trained again when asked for)."""
+    if not results.exists() or any(CACHE.glob("*/record.json")):
         return 0
     published = json.loads(results.read_text())
     written = 0
@@ -163,7 +169,14 @@ def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: boo
     folder = CACHE / run.key
     record_file = folder / "record.json"
     if record_file.exists():
-        return json.loads(record_file.read_text())
+        record = json.loads(record_file.read_text())
+        missing = [flag for flag, key, asked in (("--test-curve", "test_curve", curve),
+                                                 ("--test-last", "test_last_step", test_last or curve))
+                   if asked and key not in record]
+        if missing:
+            print(f"{run.key}: cached without {' / '.join(missing)}; delete {folder} to train it again with them",
+                  flush=True)
+        return record
     out = folder / "run"
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
@@ -174,7 +187,7 @@ def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: boo
     # When the start model won the selection, best/ holds its weights: its test scores are the zero-shot ones.
     test = dict(zero) if result.best_step == 0 else test_scores(SentenceEncoder.load(str(out / "best"), device="cpu"),
                                                                  test_data)
-    record = {**asdict(run), "selected_step": result.best_step, "start_won": result.best_step == 0,
+    record = {**asdict(run), "code": code_version(), "machine": machine_info(), "selected_step": result.best_step, "start_won": result.best_step == 0,
               "dev": {"metric": result.select_metric, "start": result.raw_dev, "selected": result.best_dev,
                       "curve": [[r["step"], r[result.select_metric]] for r in log if result.select_metric in r]},
               "test": test,
@@ -227,17 +240,20 @@ def paired(a: dict, b: dict, metric: str) -> dict | None:
     diffs = [a[s][metric] - b[s][metric] for s in seeds]
     m, sd = mean_std(diffs)
     p = float(stats.ttest_1samp(diffs, 0.0).pvalue) if len(diffs) > 1 and sd > 0 else None
-    return {"mean": m, "std": sd, "n": len(diffs), "p": p, "wins": sum(d > 0 for d in diffs)}
+    return {"mean": m, "std": sd, "n": len(diffs), "p": p, "wins": sum(d > 0 for d in diffs),
+            "losses": sum(d < 0 for d in diffs)}
 
 
 def text_of(r: dict) -> str:
-    """What a run trained on: a segmentation, or a kind of pairs (``positives``); a learning rate when not the
-    backbone's."""
+    """What a run trained on: a segmentation, or a kind of pairs (``positives``), and every setting that is not the
+    default (a learning rate when not the backbone's)."""
     positives = r.get("positives", "dropout")
     text = r["segment"] if positives == "dropout" else f"{positives} pairs"
     for name, key in (("lr", "learning_rate"), ("λ", "mix_lambda"), ("length", "max_length")):
         text += f", {name} {r[key]:g}" if r.get(key) is not None else ""
-    return text + (f", batch {r['batch_size']}" if r["batch_size"] != DEFAULT_BATCH else "")
+    text += f", batch {r['batch_size']}" if r["batch_size"] != DEFAULT_BATCH else ""
+    select_docs = r.get("select_docs") or DEFAULT_SELECT_DOCS
+    return text + (f", selection sub-corpus +{select_docs}" if select_docs != DEFAULT_SELECT_DOCS else "")
 
 
 def summarise(zero: dict, runs: list[dict]) -> list[dict]:
@@ -245,6 +261,7 @@ def summarise(zero: dict, runs: list[dict]) -> list[dict]:
     won: dict[tuple, int] = {}
     dev_change: dict[tuple, dict[int, dict]] = {}  # per seed, as {"change": ...} for ``paired``
     last_test: dict[tuple, list[float]] = {}  # test nDCG@10 of the last step's model, where measured
+    loss_end: dict[tuple, list[float]] = {}
     for r in runs:
         key = (r["backbone"], text_of(r), r["temperature"], r["steps"], r["eval_steps"], r["preset"])
         groups.setdefault(key, {})[r["seed"]] = r["test"]
@@ -253,10 +270,14 @@ def summarise(zero: dict, runs: list[dict]) -> list[dict]:
         dev_change.setdefault(key, {})[r["seed"]] = {"change": r["dev"]["curve"][-1][1] - r["dev"]["start"]}
         if r.get("test_last_step"):
             last_test.setdefault(key, []).append(r["test_last_step"]["ndcg@10"])
+        tail = [loss for _, loss, _ in r["loss_curve"][-LOSS_TAIL:]]
+        loss_end.setdefault(key, []).append(sum(tail) / len(tail))
     rows = []
     for key, by_seed in sorted(groups.items()):
         backbone, segment, tau, steps, every, preset = key
         simcse_key = key[:-1] + ("simcse",)
+        mixcse_key = key[:-1] + ("mixcse",)  # the ablations' reference
+        ablation = preset.startswith("mixcse-")
         row = {"backbone": backbone, "segment": segment, "temperature": tau, "steps": steps, "eval_steps": every,
                "preset": preset,
                "seeds": sorted(by_seed)}
@@ -268,12 +289,17 @@ def summarise(zero: dict, runs: list[dict]) -> list[dict]:
             simcse = groups.get(simcse_key)
             if preset != "simcse" and simcse:
                 row[f"{metric}_vs_simcse"] = paired(by_seed, simcse, metric)
+            if ablation and groups.get(mixcse_key):
+                row[f"{metric}_vs_mixcse"] = paired(by_seed, groups[mixcse_key], metric)
         row["start_won"] = won[key]
         change = dev_change[key]
         row["selection_change_at_last_step"] = mean_std([c["change"] for c in change.values()])
         simcse_change = dev_change.get(simcse_key)
         if preset != "simcse" and simcse_change:
             row["selection_change_vs_simcse"] = paired(change, simcse_change, "change")
+        if ablation and dev_change.get(mixcse_key):
+            row["selection_change_vs_mixcse"] = paired(change, dev_change[mixcse_key], "change")
+        row["loss_at_end"] = mean_std(loss_end[key])
         last = last_test.get(key)
         row["ndcg@10_last_step"] = {"n": len(last), "mean_std": mean_std(last)} if last else None
         rows.append(row)
@@ -288,7 +314,8 @@ def _fmt(ms) -> str:
 def _diff(d) -> str:
     if not d:
         return "–"
-    text = f"{d['mean']:+.2f}" + ("" if math.isnan(d["std"]) else f" ± {d['std']:.2f}") + f" ({d['wins']}/{d['n']}"
+    text = (f"{d['mean']:+.2f}" + ("" if math.isnan(d["std"]) else f" ± {d['std']:.2f}")
+            + f" ({d['wins']} up, {d['losses']} down of {d['n']}")
     return text + (f", p = {d['p']:.2g})" if d["p"] is not None else ")")
 
 
@@ -298,22 +325,27 @@ def render(zero: dict, rows: list[dict]) -> str:
              "benchmarks/results/domain_adaptation.json; the method and the advice are in "
              "[domain-adaptation.md](domain-adaptation.md).", "",
              "Test split (300 claims, whole corpus), x100. Selected on nDCG@10 of the train claims (sub-corpus). "
-             "Differences are paired by seed: mean ± std (wins/n, one-sample t-test p). \"selection Δ at last "
+             "Differences are paired by seed: mean ± std (seeds up, down of n; one-sample t-test p). \"selection Δ at last "
              "step\": the selection metric (train claims) at the run's last step minus the start model's, whichever "
-             "checkpoint was kept: how far training moved it. \"last step's nDCG@10\": the test score of the model "
-             "selection did not keep (runs with `--test-last` or `--test-curve`): what shipping the last step would "
-             "have given.", "",
+             "checkpoint was kept: how far training moved it (ablations also against MixCSE). \"loss at end\": the mean of the "
+             f"last {LOSS_TAIL} logged training losses (each one batch's), mean ± std over seeds. \"last step's "
+             "nDCG@10\": the test score of the last step's model, kept or not (runs with `--test-last` or "
+             "`--test-curve`): what shipping without selection would have given.", "",
              "| backbone | zero-shot nDCG@10 | zero-shot recall@100 |", "|---|---:|---:|"]
     for backbone, z in zero.items():
         lines.append(f"| {backbone} | {z['ndcg@10']:.2f} | {z['recall@100']:.2f} |")
     lines += ["", "| backbone | text | τ | steps | selection every | preset | seeds | nDCG@10 | vs zero-shot | vs SimCSE | recall@100 "
-              "| vs zero-shot | start model kept | selection Δ at last step | last step's nDCG@10 (n) |",
-              "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| vs zero-shot | start model kept | selection Δ at last step | loss at end | last step's nDCG@10 (n) |",
+              "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         m, sd = r["selection_change_at_last_step"]
         change = f"{m:+.2f}" + ("" if math.isnan(sd) else f" ± {sd:.2f}")
         if r.get("selection_change_vs_simcse"):
             change += f"; vs SimCSE {_diff(r['selection_change_vs_simcse'])}"
+        if r.get("selection_change_vs_mixcse"):
+            change += f"; vs MixCSE {_diff(r['selection_change_vs_mixcse'])}"
+        loss_m, loss_sd = r["loss_at_end"]
+        loss = f"{loss_m:.2g}" + ("" if math.isnan(loss_sd) else f" ± {loss_sd:.1g}")
         last = r.get("ndcg@10_last_step")
         last = f"{_fmt(last['mean_std'])} ({last['n']})" if last else "–"
         lines.append(f"| {r['backbone']} | {r['segment']} | {r['temperature']:g} | {r['steps']} | {r['eval_steps']} | "
@@ -321,13 +353,14 @@ def render(zero: dict, rows: list[dict]) -> str:
                      f"{len(r['seeds'])} | {_fmt(r['ndcg@10'])} | {_diff(r.get('ndcg@10_vs_zero_shot'))} | "
                      f"{_diff(r.get('ndcg@10_vs_simcse'))} | {_fmt(r['recall@100'])} | "
                      f"{_diff(r.get('recall@100_vs_zero_shot'))} | {r['start_won']}/{len(r['seeds'])} | {change} "
-                     f"| {last} |")
+                     f"| {loss} | {last} |")
     lines += ["", "Published context (GPL paper, msmarco-distilbert start — another model; nDCG@10): "
               + ", ".join(f"{k} {v}" for k, v in PUBLISHED.items()) + ".", ""]
     return "\n".join(lines)
 
 
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)))
+MARKERS = ("o", "s", "^", "v", "D", "x", "+", "*")  # with LINE_STYLES: 40 settings drawn apart
 
 
 def plot(zero: dict, runs: list[dict], path: Path) -> None:
@@ -342,13 +375,14 @@ def plot(zero: dict, runs: list[dict], path: Path) -> None:
     backbones = sorted({r["backbone"] for r in runs})
     presets = sorted({r["preset"] for r in runs})
     settings = sorted({(text_of(r), r["temperature"]) for r in runs})  # one line style each
-    fig, axes = plt.subplots(2, len(backbones), figsize=(7 * len(backbones), 9), squeeze=False)
+    fig, axes = plt.subplots(2, len(backbones), figsize=(10 * len(backbones), 10), squeeze=False)
     for col, backbone in enumerate(backbones):
         top, bottom = axes[0][col], axes[1][col]
         labelled: set[str] = set()
         for r in sorted((r for r in runs if r["backbone"] == backbone), key=lambda r: r["preset"]):
-            style = dict(color=f"C{presets.index(r['preset'])}", alpha=0.8,
-                         linestyle=LINE_STYLES[settings.index((text_of(r), r["temperature"])) % len(LINE_STYLES)])
+            index = settings.index((text_of(r), r["temperature"]))
+            style = dict(color=f"C{presets.index(r['preset'])}", alpha=0.8, markersize=3,
+                         linestyle=LINE_STYLES[index % len(LINE_STYLES)], marker=MARKERS[index % len(MARKERS)])
             setting = f"{r['preset']} {text_of(r)} τ={r['temperature']:g}"
             label = f"{setting} seed {r['seed']}"
             steps, scores = zip(*r["dev"]["curve"])
@@ -357,18 +391,17 @@ def plot(zero: dict, runs: list[dict], path: Path) -> None:
             top.scatter([r["selected_step"]], [r["dev"]["selected"]], color="k", s=12, zorder=3)
             last = r.get("test_last_step")
             if r.get("test_curve"):
-                bottom.plot([p["step"] for p in r["test_curve"]], [p["ndcg@10"] for p in r["test_curve"]], marker="o",
+                bottom.plot([p["step"] for p in r["test_curve"]], [p["ndcg@10"] for p in r["test_curve"]],
                             label=label, **style)
             elif last and backbone in zero:
-                bottom.plot([0, last["step"]], [zero[backbone]["ndcg@10"], last["ndcg@10"]], marker="o", label=label,
-                            **style)
+                bottom.plot([0, last["step"]], [zero[backbone]["ndcg@10"], last["ndcg@10"]], label=label, **style)
         top.set_title(f"{backbone}: selection nDCG@10 (train claims, sub-corpus); dot = kept")
         bottom.set_title(f"{backbone}: test nDCG@10 (test claims, whole corpus) over steps")
         for ax in (top, bottom):
             ax.set_xlabel("step")
             ax.set_ylabel("nDCG@10 x100")
             if ax.get_lines():
-                ax.legend(fontsize=6, ncol=2 if ax is top else 1, loc="lower left")
+                ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: curves stay visible
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -378,8 +411,9 @@ def report() -> None:
     zero = {p.stem.removeprefix("zero-shot-"): json.loads(p.read_text()) for p in sorted(CACHE.glob("zero-shot-*.json"))}
     runs = [json.loads(p.read_text()) for p in sorted(CACHE.glob("*/record.json"))]
     rows = summarise(zero, runs)
-    write_result("domain_adaptation", {"zero_shot": zero, "summary": rows, "runs": runs, "published_gpl": PUBLISHED,
-                                       "data": "BEIR SciFact (../shared/data/domain/scifact)"})
+    write_result("domain_adaptation", json_safe({"zero_shot": zero, "summary": rows, "runs": runs,
+                                                 "published_gpl": PUBLISHED,
+                                                 "data": "BEIR SciFact (../shared/data/domain/scifact)"}))
     (DOCS / "domain_adaptation_results.md").write_text(render(zero, rows))
     if runs:
         plot(zero, runs, DOCS / "domain_adaptation.png")
@@ -395,8 +429,9 @@ def main() -> int:
     ap.add_argument("--temperatures", default="0.05")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch-size", type=int, default=DEFAULT_BATCH)
-    ap.add_argument("--eval-steps", type=int, default=50)
-    ap.add_argument("--select-docs", type=int, default=None)
+    ap.add_argument("--eval-steps", type=int, default=DEFAULT_EVAL_STEPS, help="a selection candidate every N steps")
+    ap.add_argument("--select-docs", type=int, default=DEFAULT_SELECT_DOCS,
+                    help="abstracts besides the train claims' relevant ones in the selection sub-corpus")
     ap.add_argument("--positives", default="dropout", help="dropout, neighbours or title (docs/domain-adaptation.md)")
     ap.add_argument("--learning-rate", type=float, default=None, help="default: the backbone's (BACKBONES)")
     ap.add_argument("--lam", type=float, default=None, help="MixCSE's λ; default: the preset's (0.2)")

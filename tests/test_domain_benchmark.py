@@ -21,34 +21,38 @@ domain = pytest.importorskip("domain_adaptation")
 def test_keys_name_only_the_settings_that_differ_from_the_defaults():
     assert domain.Run("minilm", "mixcse", 0, "sentence").key == "minilm-mixcse-sentence-t0.05-s200-b64-seed0"
     run = domain.Run("minilm", "mixcse", 1, "sentence", batch_size=128, learning_rate=3e-6, mix_lambda=0.5,
-                     max_length=128)
-    assert run.key == "minilm-mixcse-sentence-t0.05-s200-b128-lr3e-06-lam0.5-len128-seed1"
+                     max_length=128, eval_steps=100, select_docs=1000)
+    assert run.key == "minilm-mixcse-sentence-t0.05-s200-b128-lr3e-06-lam0.5-len128-every100-docs1000-seed1"
     config = run.train_config(Path("out"), None)
     assert (config["lam"], config["max_seq_length"], config["learning_rate"], config["batch_size"]) == (
         0.5, 128, 3e-6, 128)
     assert "lam" not in domain.Run("minilm", "mixcse", 0, "sentence").train_config(Path("out"), None)
-    assert domain.text_of(asdict(run)) == "sentence, lr 3e-06, λ 0.5, length 128, batch 128"
+    assert domain.text_of(asdict(run)) == ("sentence, lr 3e-06, λ 0.5, length 128, batch 128, "
+                                           "selection sub-corpus +1000")
 
 
-def test_a_fresh_cache_is_restored_from_the_committed_results_without_overwriting(tmp_path, monkeypatch):
+def test_an_empty_cache_is_restored_from_the_committed_results_and_a_deleted_run_stays_deleted(tmp_path,
+                                                                                                   monkeypatch):
     import json
+    import shutil
 
     monkeypatch.setattr(domain, "CACHE", tmp_path / "cache")
     old = {"backbone": "minilm", "preset": "simcse", "seed": 2, "segment": "sentence", "temperature": 0.05,
-           "steps": 200, "batch_size": 64, "eval_steps": 100, "select_docs": 500, "positives": None,
-           "test": {"ndcg@10": 1.0}}  # written before ``positives`` existed: its default applies
+           "steps": 200, "batch_size": 64, "eval_steps": 100, "positives": None,
+           "test": {"ndcg@10": 1.0}}  # lacks ``select_docs`` and ``positives``: their defaults apply
     new = {**asdict(domain.Run("minilm", "mixcse", 0, "passage", mix_lambda=0.5)), "test": {"ndcg@10": 2.0}}
     results = tmp_path / "domain_adaptation.json"
     results.write_text(json.dumps({"zero_shot": {"minilm": {"ndcg@10": 64.5}}, "runs": [old, new]}))
-    kept = domain.CACHE / domain.run_of(new).key / "record.json"
-    kept.parent.mkdir(parents=True)
-    kept.write_text(json.dumps({**new, "test": {"ndcg@10": 3.0}}))  # a newer local record wins
 
-    assert domain.restore_cache(results) == 2
-    assert json.loads((domain.CACHE / "minilm-simcse-sentence-t0.05-s200-b64-seed2" / "record.json").read_text()) == old
-    assert json.loads(kept.read_text())["test"] == {"ndcg@10": 3.0}
+    assert domain.restore_cache(results) == 3
+    old_file = domain.CACHE / "minilm-simcse-sentence-t0.05-s200-b64-every100-seed2" / "record.json"
+    assert json.loads(old_file.read_text()) == old
     assert json.loads((domain.CACHE / "zero-shot-minilm.json").read_text()) == {"ndcg@10": 64.5}
+    new_file = domain.CACHE / domain.run_of(new).key / "record.json"
+    new_file.write_text(json.dumps({**new, "test": {"ndcg@10": 3.0}}))  # a local record is never overwritten
+    shutil.rmtree(old_file.parent)  # deleted to be trained again: not brought back
     assert domain.restore_cache(results) == 0
+    assert not old_file.exists() and json.loads(new_file.read_text())["test"] == {"ndcg@10": 3.0}
     assert domain.restore_cache(tmp_path / "missing.json") == 0
 
 
@@ -81,6 +85,31 @@ def test_test_curve_scores_every_evaluated_checkpoint(tiny_bert, tmp_path, monke
     # Runs that differ in a setting (here the learning rate and the selection cadence) are rows of their own.
     rows = domain.summarise({"tiny": zero}, [record, plain])
     assert sorted((r["eval_steps"], r["segment"]) for r in rows) == [
-        (2, "sentence, length 16, batch 16"), (4, "sentence, lr 0.001, length 16, batch 16")]
+        (2, "sentence, length 16, batch 16, selection sub-corpus +5"),
+        (4, "sentence, lr 0.001, length 16, batch 16, selection sub-corpus +5")]
+    assert record["code"] and record["machine"]["logical_cpus"]  # where and at which commit it ran
+    assert rows[0]["loss_at_end"][0] == pytest.approx(
+        sum(loss for _, loss, _ in record["loss_curve"][-domain.LOSS_TAIL:]) / len(record["loss_curve"][-5:]))
     table = domain.render({"tiny": zero}, rows)
     assert table.count("| tiny | sentence, ") == 2
+
+
+def test_summary_pairs_ablations_with_mixcse_and_counts_ups_and_downs():
+    def record(preset, seed, ndcg, change, losses):
+        return {**asdict(domain.Run("minilm", preset, seed, "sentence")), "start_won": False,
+                "test": {"ndcg@10": ndcg, "recall@100": 90.0}, "dev": {"start": 70.0, "curve": [[200, 70.0 + change]]},
+                "loss_curve": [[i, loss, loss] for i, loss in enumerate(losses)]}
+
+    runs = [record("simcse", 0, 60.0, -1.0, [1.0] * 6), record("simcse", 1, 61.0, -1.0, [1.0] * 6),
+            record("mixcse", 0, 62.0, -0.5, [9.0] + [2.0] * 5), record("mixcse", 1, 61.0, -0.5, [4.0] * 6),
+            record("mixcse-wo-sg", 0, 61.0, -2.0, [3.0] * 6), record("mixcse-wo-sg", 1, 61.0, -1.5, [3.0] * 6)]
+    rows = {r["preset"]: r for r in domain.summarise({"minilm": {"ndcg@10": 61.0, "recall@100": 90.0}}, runs)}
+
+    assert "ndcg@10_vs_mixcse" not in rows["mixcse"] and "ndcg@10_vs_mixcse" not in rows["simcse"]
+    vs_mixcse = rows["mixcse-wo-sg"]["ndcg@10_vs_mixcse"]
+    assert (vs_mixcse["mean"], vs_mixcse["wins"], vs_mixcse["losses"], vs_mixcse["n"]) == (-0.5, 0, 1, 2)
+    assert rows["mixcse-wo-sg"]["selection_change_vs_mixcse"]["mean"] == pytest.approx(-1.25)
+    assert rows["mixcse"]["loss_at_end"][0] == pytest.approx(3.0)  # seeds' means of the last 5 logs: 2 and 4
+    assert "(0 up, 1 down of 2" in domain._diff(vs_mixcse)
+    zero = rows["simcse"]["ndcg@10_vs_zero_shot"]
+    assert (zero["wins"], zero["losses"]) == (0, 1)  # seed 1 ties the start: neither up nor down
