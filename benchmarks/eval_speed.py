@@ -11,6 +11,11 @@ Checks that the two runs' embeddings are bit-identical (their cached unit files)
 
     python benchmarks/eval_speed.py                  # ~15-20 min on 2 vCPUs
     python benchmarks/eval_speed.py --tasks STS13,CR,TREC --no-write   # a quick look
+    python benchmarks/eval_speed.py --precisions --tasks sts   # fp32 vs bf16 autocast, the fast path, in one run
+
+``--precisions`` writes benchmarks/results/eval_precision.json instead: the same evaluation at fp32 and at bf16
+(``mixcse eval --precision bf16``), alternating over ``--rounds``, with the wall and encoding seconds of each, their
+ratios, and the largest score differences.
 """
 from __future__ import annotations
 
@@ -116,14 +121,49 @@ def report(model_tasks: list[str], workers: int, plain, plain_wall, fast, fast_w
     return payload
 
 
+def compare_precisions(model, tasks: str, workers: int, rounds: int) -> dict:
+    """The fast path at fp32 and at bf16, alternating (a load change hits both), medians of the seconds."""
+    import statistics
+
+    runs: dict[str, list] = {"fp32": [], "bf16": []}
+    for _ in range(rounds):
+        for precision in runs:
+            res, wall = timed_eval(f"{precision}, end to end", model, tasks, workers=workers, precision=precision)
+            runs[precision].append((res, wall))
+    side = {}
+    for precision, done in runs.items():
+        res = done[-1][0]
+        side[precision] = {"wall_seconds": [round(w, 2) for _, w in done],
+                           "encode_seconds": [round(r["settings"]["seconds"]["encode"], 2) for r, _ in done],
+                           "sts": sts_scores(res), "acc": transfer_scores(res)}
+    med = {p: {k: statistics.median(side[p][k]) for k in ("wall_seconds", "encode_seconds")} for p in side}
+    payload = {"model": "all-MiniLM-L6-v2", "tasks": runs["fp32"][0][0]["settings"]["tasks"], "mode": "test",
+               "rounds": rounds, "workers": workers,
+               "speedup_end_to_end_bf16_vs_fp32": round(med["fp32"]["wall_seconds"] / med["bf16"]["wall_seconds"], 3),
+               "speedup_encode_bf16_vs_fp32": round(med["fp32"]["encode_seconds"] / med["bf16"]["encode_seconds"], 3),
+               "max_abs_diff_sts": round(max_diff(side["fp32"]["sts"], side["bf16"]["sts"]), 4),
+               "max_abs_diff_transfer": round(max_diff(side["fp32"]["acc"], side["bf16"]["acc"]), 4), **side}
+    print(f"bf16 vs fp32: end to end {payload['speedup_end_to_end_bf16_vs_fp32']}x, encoding "
+          f"{payload['speedup_encode_bf16_vs_fp32']}x; largest STS difference {payload['max_abs_diff_sts']}, "
+          f"transfer {payload['max_abs_diff_transfer']} points", flush=True)
+    return payload
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default="all")
     ap.add_argument("--workers", type=int, default=2, help="transfer probe processes on the fast side (the "
                     "reference side runs in one process, as the plain path does); default 2")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--precisions", action="store_true", help="fp32 vs bf16 on the fast path (eval_precision.json)")
+    ap.add_argument("--rounds", type=int, default=1, help="with --precisions: alternating rounds of each")
     args = ap.parse_args()
     model = minilm_path()
+    if args.precisions:
+        payload = compare_precisions(model, args.tasks, args.workers, args.rounds)
+        if not args.no_write:
+            write_result("eval_precision", payload)
+        return
 
     def save(*parts):  # after every stage, so that a cut-off run still leaves its figures
         payload = report(fast["settings"]["tasks"], args.workers, *parts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -31,11 +32,20 @@ def _fingerprint(name_or_path: str, pooler: str) -> str:
     return h.hexdigest()[:20]
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
 class SentenceEncoder:
-    """Frozen sentence embeddings: length-sorted batches, no padding beyond each batch, input order preserved."""
+    """Frozen sentence embeddings: length-sorted batches, no padding beyond each batch, input order preserved.
+
+    ``precision="bf16"`` runs the forward pass under bfloat16 autocast (outputs stay float32): on CPUs with AVX512-BF16
+    or AMX and on GPUs about twice as fast, embeddings within ~1e-4 in cosine of fp32's, not the same bits."""
 
     def __init__(self, encoder: Encoder, tokenizer, *, max_seq_length: int | None = None,
-                 fingerprint: str | None = None, device: str | torch.device | None = None):
+                 fingerprint: str | None = None, device: str | torch.device | None = None, precision: str = "fp32"):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+        self.precision = precision
         self.encoder = encoder
         self.tokenizer = tokenizer
         self.device = torch.device(device) if device else next(encoder.parameters()).device
@@ -46,18 +56,25 @@ class SentenceEncoder:
 
     @classmethod
     def load(cls, name_or_path: str | os.PathLike, *, pooler: str | None = None, device: str | None = None,
-             trust_remote_code: bool = False) -> "SentenceEncoder":
+             trust_remote_code: bool = False, precision: str = "fp32") -> "SentenceEncoder":
         name_or_path = str(name_or_path)
         encoder, tokenizer, info = load_encoder(name_or_path, pooler=pooler, trust_remote_code=trust_remote_code)
         encoder.eval()
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")  # as sentence-transformers does
         encoder.to(device)
-        return cls(encoder, tokenizer, max_seq_length=info["max_seq_length"],
-                   fingerprint=_fingerprint(name_or_path, encoder.test_pooler), device=device)
+        fingerprint = _fingerprint(name_or_path, encoder.test_pooler) + ("" if precision == "fp32" else f"-{precision}")
+        return cls(encoder, tokenizer, max_seq_length=info["max_seq_length"], fingerprint=fingerprint, device=device,
+                   precision=precision)
 
     @property
     def pooler(self) -> str:
         return self.encoder.test_pooler
+
+    def _autocast(self):
+        """bf16 autocast when asked for; autocast is thread-local, so each encoding thread enters its own."""
+        if self.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     @torch.inference_mode()
     def encode(self, sentences: list[str], batch_size: int = 64, show_progress: bool = False,
@@ -77,7 +94,8 @@ class SentenceEncoder:
         was_training = self.encoder.training
         self.encoder.eval()
         out = np.empty((n, self.encoder.hidden_size), dtype=np.float32)
-        with Progress(n, "encode", "sentences", enabled=show_progress, every_seconds=progress_every) as progress:
+        with Progress(n, "encode", "sentences", enabled=show_progress, every_seconds=progress_every) as progress, \
+                self._autocast():
             for start in range(0, n, batch_size):
                 idx = order[start:start + batch_size]
                 batch = self.tokenizer.pad({"input_ids": [ids[i] for i in idx]}, return_tensors="pt")
@@ -99,7 +117,7 @@ class SentenceEncoder:
         return width
 
     def _forward(self, rows: list[list[int]], width: int) -> np.ndarray:
-        with torch.inference_mode():  # thread-local: set in each worker thread
+        with torch.inference_mode(), self._autocast():  # thread-local: set in each worker thread
             batch = self.tokenizer.pad({"input_ids": rows}, padding="max_length", max_length=width,
                                        return_tensors="pt")
             return self.encoder({k: v.to(self.device) for k, v in batch.items()}, use_head=None).float().cpu().numpy()

@@ -29,3 +29,19 @@ def test_eval_updates_the_model_card(tiny_bert, synthetic_data, tmp_path, capsys
         assert stat.S_IMODE((best / name).stat().st_mode) == 0o666 & ~umask, name
     assert main(["eval", str(best), "--tasks", "STSBenchmark", "--data-dir", str(synthetic_data["data_dir"]),
                  "--output", str(out)]) == 2  # an existing results file is never overwritten silently
+
+
+def test_a_bf16_evaluation_is_saved_but_never_written_into_the_model_card(tiny_bert, synthetic_data, tmp_path, capsys):
+    encoder, tokenizer, _ = load_encoder(str(tiny_bert), pooler="cls")
+    best = tmp_path / "best"
+    encoder.save(best, tokenizer)
+    write_model_card(best, {"config": {"model": str(tiny_bert), "loss": "mixcse"}}, {"steps": 0})
+    before = (best / "README.md").read_text()
+    out = tmp_path / "bf16.json"
+    argv = ["eval", str(best), "--tasks", "STSBenchmark", "--data-dir", str(synthetic_data["data_dir"])]
+    assert main(argv + ["--precision", "bf16", "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["settings"]["precision"] == "bf16"
+    assert (best / "README.md").read_text() == before
+    assert "updated the model card" not in capsys.readouterr().out
+    assert main(argv) == 0  # fp32 (the default) does update it
+    assert (best / "README.md").read_text() != before

@@ -198,7 +198,7 @@ def test_plots(tmp_path):
 
 
 def test_cli_writes_json_and_refuses_overwrite(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None: hashed)
+    monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None, precision="fp32": hashed)
     out = tmp_path / "res.json"
     argv = ["eval", "m", "--tasks", "sts", "--data-dir", str(FIXTURE), "--output", str(out)]
     assert cli.main(argv) == 0
@@ -248,3 +248,23 @@ def test_eval_help_gives_the_data_dir_search_order_that_default_data_dir_follows
     assert default_data_dir() == Path("data")
     monkeypatch.setenv("MIXCSE_DATA", str(tmp_path / "elsewhere"))
     assert default_data_dir() == tmp_path / "elsewhere"
+
+
+def test_bf16_precision_is_an_encoder_setting_that_evaluation_records(tiny_bert, tmp_path, capsys):
+    from mixcse.encoder import SentenceEncoder
+
+    fp32 = SentenceEncoder.load(tiny_bert, pooler="cls", device="cpu")
+    bf16 = SentenceEncoder.load(tiny_bert, pooler="cls", device="cpu", precision="bf16")
+    sentences = [s for split in load_trec(FIXTURE).values() for s in split.sentences][:40]
+    a, b = fp32.encode(sentences, batch_size=8), bf16.encode(sentences, batch_size=8)
+    assert b.dtype == np.float32 and not np.array_equal(a, b)  # autocast did run
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cos.min() > 0.99
+    assert bf16.fingerprint != fp32.fingerprint  # an embedding cache never mixes the two
+    kw = dict(tasks="STS12,TREC", data_dir=FIXTURE, mode="fasttest", batch_size=8, verbose=False)
+    res = evaluate(str(tiny_bert), pooler="cls", precision="bf16", **kw)
+    assert res["settings"]["precision"] == "bf16"
+    assert res["sts"]["STS12"] == evaluate(bf16, **kw)["sts"]["STS12"]
+    assert evaluate(fp32, **kw)["settings"]["precision"] == "fp32"
+    with pytest.raises(ValueError, match="precision"):
+        SentenceEncoder.load(tiny_bert, pooler="cls", device="cpu", precision="fp16")
