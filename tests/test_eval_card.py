@@ -9,11 +9,17 @@ from mixcse.model import load_encoder
 from mixcse.modelcard import write_model_card
 
 
-def test_eval_updates_the_model_card(tiny_bert, synthetic_data, tmp_path, capsys):
+def model_dir_with_card(tiny_bert, tmp_path):
+    """A mixcse model directory (mixcse.json, model card) of the tiny BERT."""
     encoder, tokenizer, _ = load_encoder(str(tiny_bert), pooler="cls")
     best = tmp_path / "best"
     encoder.save(best, tokenizer)
     write_model_card(best, {"config": {"model": str(tiny_bert), "loss": "mixcse"}}, {"steps": 0})
+    return best
+
+
+def test_eval_updates_the_model_card(tiny_bert, synthetic_data, tmp_path, capsys):
+    best = model_dir_with_card(tiny_bert, tmp_path)
     before = (best / "README.md").read_text()
     out = tmp_path / "results.json"
     code = main(["eval", str(best), "--tasks", "STSBenchmark", "--data-dir", str(synthetic_data["data_dir"]),
@@ -32,10 +38,7 @@ def test_eval_updates_the_model_card(tiny_bert, synthetic_data, tmp_path, capsys
 
 
 def test_a_bf16_evaluation_is_saved_but_never_written_into_the_model_card(tiny_bert, synthetic_data, tmp_path, capsys):
-    encoder, tokenizer, _ = load_encoder(str(tiny_bert), pooler="cls")
-    best = tmp_path / "best"
-    encoder.save(best, tokenizer)
-    write_model_card(best, {"config": {"model": str(tiny_bert), "loss": "mixcse"}}, {"steps": 0})
+    best = model_dir_with_card(tiny_bert, tmp_path)
     before = (best / "README.md").read_text()
     out = tmp_path / "bf16.json"
     argv = ["eval", str(best), "--tasks", "STSBenchmark", "--data-dir", str(synthetic_data["data_dir"])]
