@@ -39,7 +39,7 @@ class SentenceEncoder:
     """Frozen sentence embeddings: length-sorted batches, no padding beyond each batch, input order preserved.
 
     ``precision="bf16"`` runs the forward pass under bfloat16 autocast (outputs stay float32): on CPUs with AVX512-BF16
-    or AMX and on GPUs about twice as fast, embeddings within ~1e-4 in cosine of fp32's, not the same bits."""
+    or AMX and on GPUs about twice as fast; not fp32's bits (STS within ~0.01, docs/evaluation.md)."""
 
     def __init__(self, encoder: Encoder, tokenizer, *, max_seq_length: int | None = None,
                  fingerprint: str | None = None, device: str | torch.device | None = None, precision: str = "fp32"):

@@ -53,8 +53,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--batch-size", type=int, default=64, help="encoding batch size (default 64)")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                         help="bf16: encode under bfloat16 autocast, ~2x faster on CPUs with AVX512-BF16/AMX and on "
-                             "GPUs; scores differ from fp32's in the second decimal at most (docs/evaluation.md); "
-                             "the model card keeps fp32 results only")
+                             "GPUs; STS moves by ~0.01, a transfer probe's choice of L2 can flip (MRPC -0.87 measured): "
+                             "for quick looks, not for tables (docs/evaluation.md); model cards keep fp32 results only")
     parser.add_argument("--retrieval-data", default=None,
                         help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) for --tasks retrieval")
     parser.add_argument("--split", default="test", help="qrels split for the retrieval task (default test)")
