@@ -94,8 +94,14 @@ class Run:
 
 
 def run_of(record: dict) -> Run:
-    """The run a record came from (a setting a record lacks takes its default)."""
-    return Run(**{f: record[f] for f in Run.__dataclass_fields__ if record.get(f) is not None})
+    """The run a record came from (a setting a record lacks takes its default; ``select_docs: null`` meant the
+    library's default sub-corpus)."""
+    from mixcse.evaluation.retrieval import DEFAULT_DISTRACTORS
+
+    fields = {f: record[f] for f in Run.__dataclass_fields__ if record.get(f) is not None}
+    if "select_docs" in record and record["select_docs"] is None:
+        fields["select_docs"] = DEFAULT_DISTRACTORS
+    return Run(**fields)
 
 
 def restore_cache(results: Path = RESULTS_FILE) -> int:
@@ -252,7 +258,7 @@ def text_of(r: dict) -> str:
     for name, key in (("lr", "learning_rate"), ("λ", "mix_lambda"), ("length", "max_length")):
         text += f", {name} {r[key]:g}" if r.get(key) is not None else ""
     text += f", batch {r['batch_size']}" if r["batch_size"] != DEFAULT_BATCH else ""
-    select_docs = r.get("select_docs") or DEFAULT_SELECT_DOCS
+    select_docs = run_of(r).select_docs
     return text + (f", selection sub-corpus +{select_docs}" if select_docs != DEFAULT_SELECT_DOCS else "")
 
 

@@ -54,6 +54,9 @@ def test_an_empty_cache_is_restored_from_the_committed_results_and_a_deleted_run
     assert domain.restore_cache(results) == 0
     assert not old_file.exists() and json.loads(new_file.read_text())["test"] == {"ndcg@10": 3.0}
     assert domain.restore_cache(tmp_path / "missing.json") == 0
+    unset = {**old, "select_docs": None}  # no --select-docs: the library's default sub-corpus (1,000)
+    assert domain.run_of(unset).key.endswith("-every100-docs1000-seed2")
+    assert domain.text_of(unset).endswith("selection sub-corpus +1000")
 
 
 def test_test_curve_scores_every_evaluated_checkpoint(tiny_bert, tmp_path, monkeypatch):
