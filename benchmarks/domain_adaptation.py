@@ -110,15 +110,11 @@ def restore_cache(results: Path = RESULTS_FILE) -> int:
     if not results.exists() or any(CACHE.glob("*/record.json")):
         return 0
     published = json.loads(results.read_text())
+    files = [(CACHE / f"zero-shot-{backbone}.json", record)
+             for backbone, record in published.get("zero_shot", {}).items()]
+    files += [(CACHE / run_of(record).key / "record.json", record) for record in published.get("runs", [])]
     written = 0
-    for backbone, record in published.get("zero_shot", {}).items():
-        path = CACHE / f"zero-shot-{backbone}.json"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(record, indent=2) + "\n")
-            written += 1
-    for record in published.get("runs", []):
-        path = CACHE / run_of(record).key / "record.json"
+    for path, record in files:
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(record, indent=2) + "\n")
@@ -193,7 +189,8 @@ def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: boo
     # When the start model won the selection, best/ holds its weights: its test scores are the zero-shot ones.
     test = dict(zero) if result.best_step == 0 else test_scores(SentenceEncoder.load(str(out / "best"), device="cpu"),
                                                                  test_data)
-    record = {**asdict(run), "code": code_version(), "machine": machine_info(), "selected_step": result.best_step, "start_won": result.best_step == 0,
+    record = {**asdict(run), "code": code_version(), "machine": machine_info(),
+              "selected_step": result.best_step, "start_won": result.best_step == 0,
               "dev": {"metric": result.select_metric, "start": result.raw_dev, "selected": result.best_dev,
                       "curve": [[r["step"], r[result.select_metric]] for r in log if result.select_metric in r]},
               "test": test,
