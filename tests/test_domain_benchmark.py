@@ -97,6 +97,46 @@ def test_test_curve_scores_every_evaluated_checkpoint(tiny_bert, tmp_path, monke
     assert table.count("| tiny | sentence, ") == 2
 
 
+def test_a_run_cut_off_mid_training_resumes_from_its_checkpoint_and_records_what_an_uninterrupted_run_does(
+        tiny_bert, tmp_path, monkeypatch):
+    from mixcse import step
+
+    beir = write_tiny_beir(tmp_path / "beir")
+    monkeypatch.setattr(domain, "SCIFACT", beir)
+    monkeypatch.setattr(domain, "backbone_path", lambda backbone: str(tiny_bert))
+    monkeypatch.setattr(domain, "BACKBONES", {"tiny": {"pooler": "cls", "learning_rate": 1e-3}})
+    monkeypatch.setattr(domain, "SAVE_STEPS", 2)
+    test_data = load_beir(beir, "test")
+    zero = domain.test_scores(SentenceEncoder.load(tiny_bert, pooler="cls_before_pooler"), test_data)
+    run = domain.Run("tiny", "mixcse", 0, "sentence", steps=6, batch_size=16, eval_steps=3, select_docs=5,
+                     max_length=16)
+
+    monkeypatch.setattr(domain, "CACHE", tmp_path / "whole")
+    whole = domain.run_one(run, test_data, zero, threads=None)
+
+    monkeypatch.setattr(domain, "CACHE", tmp_path / "cut")
+    real_loss, calls = step.contrastive_loss, {"n": 0}
+
+    def dies_in_step_5(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real_loss(*args, **kwargs)
+
+    monkeypatch.setattr(step, "contrastive_loss", dies_in_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        domain.run_one(run, test_data, zero, threads=None)
+    monkeypatch.setattr(step, "contrastive_loss", real_loss)
+    assert not (tmp_path / "cut" / run.key / "record.json").exists()
+    assert domain.resumable_step(tmp_path / "cut" / run.key / "run") == 4
+    resumed = domain.run_one(run, test_data, zero, threads=None)
+
+    assert resumed["resumed_at_step"] == 4 and "resumed_at_step" not in whole
+    for field in ("selected_step", "dev", "test", "loss_curve"):
+        assert resumed[field] == whole[field], field
+    assert domain.resumable_step(tmp_path / "cut" / run.key / "run") is None  # the finished run's checkpoint is gone
+
+
 def test_summary_pairs_ablations_with_mixcse_and_counts_ups_and_downs():
     def record(preset, seed, ndcg, change, losses):
         return {**asdict(domain.Run("minilm", preset, seed, "sentence")), "start_won": False,
