@@ -1,4 +1,4 @@
-"""bf16 autocast vs fp32 on CPU: training speed and STS-B dev parity (issue 4, item 4).
+"""bf16 autocast vs fp32 on CPU: training speed and STS-B dev parity.
 
 Speed: one process, the CPU recipe's step (recipes/cpu/mixcse-mini.yaml: stand-in backbone, cls pooler + MLP head,
 MixCSE loss, batch 64 x 2 views, length 32, 2 threads): an fp32 step and a bf16-autocast step (the trainer's

@@ -1,4 +1,4 @@
-"""Report of the paper-claims benchmark (issue 6): tables, claim verdicts and figures from paper_claims.json.
+"""Report of the paper-claims benchmark: tables, claim verdicts and figures from paper_claims.json.
 
     python benchmarks/claims_report.py                 # = python benchmarks/paper_claims.py --report-only
 

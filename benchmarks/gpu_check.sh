@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The checks to run whenever a CUDA machine is at hand (one command, about 5 minutes on an H200; no downloads):
-#   1. benchmarks/gpu_step.py: BERT-base-size SimCSE / MixCSE steps/s, TFLOP/s, projected paper epoch (issue 4);
+#   1. benchmarks/gpu_step.py --compile: BERT-base-size SimCSE / MixCSE steps/s, TFLOP/s, projected paper epoch,
+#      eager and compiled (torch.compile + CUDA graphs) side by side;
 #   2. end to end on CUDA: the CPU recipe (stand-in backbone, [CLS]+MLP, precision auto = bf16 on the GPU) for
 #      MixCSE and SimCSE, 1,500 steps (one pass over 96k sentences), STS-B dev every 125 steps;
 #   3. fp16 with the gradient scaler, 100 steps.
 # usage: benchmarks/gpu_check.sh DATA OUT
 #   DATA holds mini-wiki-mlm/ (the stand-in), corpus.txt.gz (sentences) and downstream/STS/STSBenchmark/;
-#   OUT receives gpu_step.json, the runs' summaries and metrics, and the log.
+#   OUT receives gpu_step_compile.json, the runs' summaries and metrics, and the log.
 set -uo pipefail
 DATA=${1:?usage: benchmarks/gpu_check.sh DATA OUT}
 OUT=${2:?usage: benchmarks/gpu_check.sh DATA OUT}
@@ -15,8 +16,8 @@ PY=${PYTHON:-python3}
 nvidia-smi -L
 $PY -c "import torch, transformers; print('torch', torch.__version__, '| transformers', transformers.__version__, '|', torch.cuda.get_device_name(0))"
 
-echo "== 1. gpu_step.py"
-timeout 240 $PY benchmarks/gpu_step.py && cp benchmarks/results/gpu_step.json "$OUT/"
+echo "== 1. gpu_step.py --compile"
+timeout 300 $PY benchmarks/gpu_step.py --compile && cp benchmarks/results/gpu_step_compile.json "$OUT/"
 
 train() {  # name, extra key=value overrides...
     local name=$1; shift

@@ -1,4 +1,4 @@
-"""GPU readiness: SimCSE and MixCSE training steps of a BERT-base-size encoder (issue 4, item 5).
+"""GPU readiness: SimCSE and MixCSE training steps of a BERT-base-size encoder, eager and (``--compile``) compiled.
 
 Self-contained, no downloads: the encoder is ``transformers.BertModel(BertConfig())`` (BERT-base shape: 12 layers,
 hidden 768, 12 heads, vocab 30522; random weights) inside ``mixcse.model.Encoder`` with the training pooler
@@ -6,7 +6,8 @@ hidden 768, 12 heads, vocab 30522; random weights) inside ``mixcse.model.Encoder
 A step is the trainer's (``mixcse.step.make_step``, one forward pass): bf16 autocast forward,
 ``mixcse.losses.contrastive_loss`` (fp32), backward, grad-norm clip, AdamW (``torch.optim.AdamW`` as the trainer builds
 it), zero_grad. SimCSE and MixCSE alternate in blocks of steps after a warm-up; per configuration we report the
-median block's steps/s.
+median block's steps/s. With ``--compile`` the same two steps built with ``compile: true`` (``torch.compile`` with
+static shapes; CUDA graphs on CUDA) join the alternation, so eager and compiled are timed side by side.
 
 Achieved TFLOP/s counts, per step, with T = tokens per step (2 views x batch x 32), P = parameters that enter
 matrix multiplies (all but the embedding tables: encoder layers + MLP head; the token/position/type embeddings are
@@ -20,6 +21,7 @@ The loss (O(N^2 d)) is negligible and not counted. The projected paper epoch is 
 = 15,625 steps at the batch-64 step time (SimCSE's and MixCSE's published setting).
 
     python benchmarks/gpu_step.py            # CUDA: batch 64 and 512, ~1 minute; no CUDA: the smoke configuration
+    python benchmarks/gpu_step.py --compile  # + the compiled steps side by side (-> gpu_step_compile.json)
     python benchmarks/gpu_step.py --smoke    # tiny BERT, batch 16 and 64, length 16, CPU or GPU: tests the script
 """
 
@@ -68,7 +70,7 @@ def random_batch(config, batch: int, seq: int, device) -> dict[str, torch.Tensor
 
 
 def measure(encoder, config, batch: int, seq: int, device, dtype, blocks: int, steps_per_block: int,
-            warmup: int) -> dict:
+            warmup: int, compiled: bool = False) -> dict:
     from mixcse.config import TrainConfig
     from mixcse.distributed import DistContext
     from mixcse.losses import PRESETS
@@ -82,6 +84,11 @@ def measure(encoder, config, batch: int, seq: int, device, dtype, blocks: int, s
     precision = {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}[dtype]
     steps = {name: make_step(cfg, DistContext(device=device), encoder, optimizer, PRESETS[name],
                              precision=precision, length_buckets=1) for name in ("simcse", "mixcse")}
+    if compiled:  # the trainer's compiled step: batches padded to max_seq_length (here every batch is that long)
+        compiled_cfg = TrainConfig(compile=True, max_seq_length=seq)
+        steps.update({f"{name}_compiled": make_step(compiled_cfg, DistContext(device=device), encoder, optimizer,
+                                                    PRESETS[name], precision=precision)
+                      for name in ("simcse", "mixcse")})
 
     def step(name):
         steps[name](data)
@@ -109,6 +116,9 @@ def measure(encoder, config, batch: int, seq: int, device, dtype, blocks: int, s
         out[name] = {"step_s": t, "steps_per_s": 1.0 / t, "sentences_per_s": batch / t,
                      "tflops": flops / t / 1e12, "block_step_s": times}
     out["mixcse_over_simcse_time"] = out["mixcse"]["step_s"] / out["simcse"]["step_s"]
+    if compiled:
+        for name in ("simcse", "mixcse"):
+            out[f"{name}_compiled_speedup"] = out[name]["step_s"] / out[f"{name}_compiled"]["step_s"]
     if device.type == "cuda":
         out["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
     return out
@@ -118,6 +128,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny configuration (automatic without CUDA)")
     parser.add_argument("--batches", type=int, nargs="+", help="batch sizes (default 64 512; smoke 16 64)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time the compiled steps (compile: true), interleaved with the eager ones")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     from transformers import BertConfig
@@ -148,27 +160,36 @@ def main() -> None:
     print("FLOPs/step = 6*P*T + 12*L*S*d*T   (T = 2 views x batch x S tokens; L layers, d hidden, S length)")
     results = []
     for batch in batches:
-        r = measure(encoder, config, batch, seq, device, dtype, blocks, per_block, warmup)
+        r = measure(encoder, config, batch, seq, device, dtype, blocks, per_block, warmup, compiled=args.compile)
         results.append(r)
         mem = f", peak {r['peak_memory_gib']:.1f} GiB" if "peak_memory_gib" in r else ""
         print(f"batch {batch:4d}: SimCSE {r['simcse']['steps_per_s']:7.2f} steps/s "
               f"({r['simcse']['tflops']:.3g} TFLOP/s), MixCSE {r['mixcse']['steps_per_s']:7.2f} steps/s "
               f"({r['mixcse']['tflops']:.3g} TFLOP/s); MixCSE/SimCSE time x{r['mixcse_over_simcse_time']:.3f}{mem}",
               flush=True)
+        if args.compile:
+            print(f"            compiled: SimCSE {r['simcse_compiled']['steps_per_s']:7.2f} steps/s "
+                  f"(x{r['simcse_compiled_speedup']:.2f} eager), MixCSE {r['mixcse_compiled']['steps_per_s']:7.2f} "
+                  f"steps/s (x{r['mixcse_compiled_speedup']:.2f} eager)", flush=True)
     projection = {}
     ref = next((r for r in results if r["batch"] == PAPER_BATCH), None)
     if ref is not None:
         steps = EPOCH_SENTENCES // PAPER_BATCH
-        for name in ("simcse", "mixcse"):
-            projection[name + "_epoch_s"] = steps * ref[name]["step_s"]
+        for name in ("simcse", "mixcse", "simcse_compiled", "mixcse_compiled"):
+            if name in ref:
+                projection[name + "_epoch_s"] = steps * ref[name]["step_s"]
         print(f"projected paper epoch (1M sentences, {steps} steps of {PAPER_BATCH}): SimCSE "
               f"{projection['simcse_epoch_s'] / 60:.1f} min, MixCSE {projection['mixcse_epoch_s'] / 60:.1f} min "
               f"(steps only: no evaluation, data loading or checkpoints)")
+        if args.compile:
+            print(f"  compiled: SimCSE {projection['simcse_compiled_epoch_s'] / 60:.1f} min, MixCSE "
+                  f"{projection['mixcse_compiled_epoch_s'] / 60:.1f} min")
     else:
         print(f"(no batch-{PAPER_BATCH} configuration measured: no paper-epoch projection)")
     if not args.no_write:
-        write_result("gpu_step_smoke" if smoke else "gpu_step", {
-            "mode": "smoke" if smoke else "full", "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        name = ("gpu_step_smoke" if smoke else "gpu_step") + ("_compile" if args.compile else "")
+        write_result(name, {
+            "mode": "smoke" if smoke else "full", "compiled_side": args.compile, "device": torch.cuda.get_device_name(0) if cuda else "cpu",
             "precision": "bf16 autocast", "params_total": p_all, "params_matmul": p_mm,
             "flops_formula": "6*P*T + 12*L*S*d*T, T = 2*batch*S tokens per step",
             "config": {"layers": config.num_hidden_layers, "hidden": config.hidden_size,

@@ -1,4 +1,4 @@
-"""Does mixing cost anything? (issue 4, item 1)
+"""Does mixing cost anything?
 
 Part 1, training step: one process, the stand-in backbone with the recipe's pooler (cls + MLP head), one batch of
 64 corpus sentences (max length 32, two dropout views = 128 rows), 2 threads. A SimCSE step and a MixCSE step

@@ -1,4 +1,4 @@
-"""Reproduce the paper's claims side by side (issue 6): SimCSE vs MixCSE and its ablations, several seeds.
+"""Reproduce the paper's claims side by side: SimCSE vs MixCSE and its ablations, several seeds.
 
     python benchmarks/paper_claims.py                      # the default benchmark (resumable; see below)
     python benchmarks/paper_claims.py --report-only        # docs/results.md + docs/claims_*.png from the JSON
@@ -54,7 +54,7 @@ def summary(kind: str, record: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Reproduce MixCSE's claims side by side (issue 6).")
+    ap = argparse.ArgumentParser(description="Reproduce MixCSE's claims side by side.")
     ap.add_argument("--backbones", nargs="+", default=["minilm,standin"])
     ap.add_argument("--presets", nargs="+", default=[",".join(claims.PAPER_PRESETS)],
                     help='presets, each optionally with λ ("mixcse:0.5"); commas or spaces between them')

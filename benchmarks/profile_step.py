@@ -1,4 +1,4 @@
-"""Where the time of a mixcse training step goes (issue 4, item 3).
+"""Where the time of a mixcse training step goes.
 
 Replays the hot loop of ``mixcse.trainer.train`` (same objects: ``BatchPlan``, ``TokenizedCorpus``,
 ``load_encoder``, the trainer's step from ``mixcse.step.make_step``, AdamW over ``optimizer_groups``, LambdaLR, the

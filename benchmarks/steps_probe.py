@@ -1,4 +1,4 @@
-"""Do the claims-table gaps depend on training length or on the seed? A GPU-sized diagnostic for issue 6.
+"""Do the claims-table gaps depend on training length or on the seed? A GPU-sized diagnostic.
 
 The CPU claims runs train all-MiniLM-L6-v2 for 200 steps over 3 seeds. This probe trains the chosen variants (a
 preset, optionally with λ: "mixcse:0.5") for any number of steps and seeds (same seed = same data order across

@@ -1,4 +1,4 @@
-"""mixcse vs sentence-transformers on the same unsupervised SimCSE run (issue 4, item 2).
+"""mixcse vs sentence-transformers on the same unsupervised SimCSE run.
 
 Both sides, in one process, alternating short runs (the order flips every round), after one untimed warm-up run
 of each:
