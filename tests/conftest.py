@@ -1,7 +1,9 @@
-"""Shared fixtures: a tiny BERT built from a config (the paper's architecture) and a synthetic corpus."""
+"""Shared fixtures: a tiny BERT built from a config (the paper's architecture), a synthetic corpus, and a way to
+"kill" a process at a chosen point."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from pathlib import Path
@@ -109,3 +111,28 @@ def synthetic_data(tmp_path_factory) -> dict[str, Path]:
 
 def needs_shared(path: Path):
     return pytest.mark.skipif(not path.exists(), reason=f"{path} not present")
+
+
+@pytest.fixture
+def interrupted_at_call(monkeypatch):
+    """``with interrupted_at_call(module, "name", n): ...`` — the process "dies" (KeyboardInterrupt, which the block
+    must raise) at the n-th call of ``module.name``; the real function is back afterwards."""
+
+    @contextlib.contextmanager
+    def interrupt(module, name: str, n: int):
+        real, calls = getattr(module, name), {"n": 0}
+
+        def dies_at_call_n(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == n:
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, dies_at_call_n)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                yield
+        finally:
+            monkeypatch.setattr(module, name, real)
+
+    return interrupt

@@ -98,7 +98,7 @@ def test_test_curve_scores_every_evaluated_checkpoint(tiny_bert, tmp_path, monke
 
 
 def test_a_run_cut_off_mid_training_resumes_from_its_checkpoint_and_records_what_an_uninterrupted_run_does(
-        tiny_bert, tmp_path, monkeypatch):
+        tiny_bert, tmp_path, monkeypatch, interrupted_at_call):
     from mixcse import step
 
     beir = write_tiny_beir(tmp_path / "beir")
@@ -115,18 +115,8 @@ def test_a_run_cut_off_mid_training_resumes_from_its_checkpoint_and_records_what
     whole = domain.run_one(run, test_data, zero, threads=None)
 
     monkeypatch.setattr(domain, "CACHE", tmp_path / "cut")
-    real_loss, calls = step.contrastive_loss, {"n": 0}
-
-    def dies_in_step_5(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise KeyboardInterrupt
-        return real_loss(*args, **kwargs)
-
-    monkeypatch.setattr(step, "contrastive_loss", dies_in_step_5)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_at_call(step, "contrastive_loss", 5):  # dies inside step 5, after the checkpoint at step 4
         domain.run_one(run, test_data, zero, threads=None)
-    monkeypatch.setattr(step, "contrastive_loss", real_loss)
     assert not (tmp_path / "cut" / run.key / "record.json").exists()
     assert domain.resumable_step(tmp_path / "cut" / run.key / "run") == 4
     resumed = domain.run_one(run, test_data, zero, threads=None)

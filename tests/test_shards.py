@@ -93,20 +93,10 @@ def test_second_open_reuses_the_entry_and_new_content_makes_a_new_one(tmp_path, 
     assert other_length.directory not in (first.directory, changed.directory)
 
 
-def test_a_failed_build_leaves_no_entry(tmp_path, synthetic_data, tokenizer, monkeypatch):
+def test_a_failed_build_leaves_no_entry(tmp_path, synthetic_data, tokenizer, monkeypatch, interrupted_at_call):
     monkeypatch.setattr(shards, "CHUNK", 100)
-    calls = {"n": 0}
-    real = shards._tokenise
-
-    def fails_on_third_chunk(texts):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(texts)
-
-    monkeypatch.setattr(shards, "_tokenise", fails_on_third_chunk)
     monkeypatch.setattr(shards.os, "cpu_count", lambda: 1)  # in-process, so that the patch applies
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_at_call(shards, "_tokenise", 3):  # fails on the third chunk
         open_corpus(config(synthetic_data["corpus"], tmp_path, corpus="disk"), tokenizer, progress=False)
     assert list((tmp_path / "cache").iterdir()) == []
 

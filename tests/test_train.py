@@ -69,26 +69,15 @@ def _weights(path):
 
 
 @pytest.mark.parametrize("loss,mini_batch_size", [("mixcse", None), ("simcse", None), ("mixcse", 4)])
-def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, synthetic_data, tmp_path, monkeypatch, loss,
-                                                         mini_batch_size):
+def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, synthetic_data, tmp_path, interrupted_at_call,
+                                                         loss, mini_batch_size):
     cfg = dict(max_steps=9, save_steps=3, eval_steps=4, loss=loss, mini_batch_size=mini_batch_size)
     full = tmp_path / "full"
     mixcse.train(tiny_config(tiny_bert, synthetic_data, full, **cfg))
 
     killed = tmp_path / "killed"
-    calls = {"n": 0}
-    real_loss = step.contrastive_loss
-
-    def dies_at_step_8(*args, **kwargs):  # the process "dies" inside step 8, after the checkpoint at step 6
-        calls["n"] += 1
-        if calls["n"] == 8:
-            raise KeyboardInterrupt
-        return real_loss(*args, **kwargs)
-
-    monkeypatch.setattr(step, "contrastive_loss", dies_at_step_8)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_at_call(step, "contrastive_loss", 8):  # dies inside step 8, after the checkpoint at step 6
         mixcse.train(tiny_config(tiny_bert, synthetic_data, killed, **cfg))
-    monkeypatch.setattr(step, "contrastive_loss", real_loss)
     assert _weights(killed)["state"]["step"] == 6
     mixcse.train(tiny_config(tiny_bert, synthetic_data, killed, **cfg), resume=True)
 
