@@ -189,7 +189,8 @@ def main() -> None:
     if not args.no_write:
         name = ("gpu_step_smoke" if smoke else "gpu_step") + ("_compile" if args.compile else "")
         write_result(name, {
-            "mode": "smoke" if smoke else "full", "compiled_side": args.compile, "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+            "mode": "smoke" if smoke else "full", "compiled_side": args.compile,
+            "device": torch.cuda.get_device_name(0) if cuda else "cpu",
             "precision": "bf16 autocast", "params_total": p_all, "params_matmul": p_mm,
             "flops_formula": "6*P*T + 12*L*S*d*T, T = 2*batch*S tokens per step",
             "config": {"layers": config.num_hidden_layers, "hidden": config.hidden_size,
