@@ -90,8 +90,8 @@ class Run:
                 **BACKBONES[self.backbone],
                 "batch_size": self.batch_size, "max_steps": self.steps, "eval_steps": self.eval_steps,
                 "log_steps": 10, "save_steps": SAVE_STEPS, "seed": self.seed, "select_on": "retrieval",
-                "select_data": str(SCIFACT), "select_split": "train", "select_docs": self.select_docs, "precision": "auto",
-                "positives": self.positives, "num_threads": threads,
+                "select_data": str(SCIFACT), "select_split": "train", "select_docs": self.select_docs,
+                "precision": "auto", "positives": self.positives, "num_threads": threads,
                 **({} if self.learning_rate is None else {"learning_rate": self.learning_rate}),
                 **({} if self.mix_lambda is None else {"lam": self.mix_lambda})}
 
@@ -167,12 +167,15 @@ def test_curve(out: Path, record: dict, test_data, zero: dict) -> list[dict]:
 
 
 def resumable_step(out: Path) -> int | None:
-    """The step of the checkpoint an interrupted run left in ``out``, or None (no checkpoint: train from step 0)."""
-    from mixcse.rundir import checkpoint_path, load_checkpoint
+    """The step of the checkpoint an interrupted run left in ``out``, or None (no checkpoint: train from step 0).
+    Memory-mapped: only the small state is read, not the weights and optimiser state the trainer loads next."""
+    import torch
+
+    from mixcse.rundir import checkpoint_path
 
     if not checkpoint_path(out).exists():
         return None
-    return load_checkpoint(checkpoint_path(out))["state"]["step"]
+    return torch.load(checkpoint_path(out), map_location="cpu", weights_only=False, mmap=True)["state"]["step"]
 
 
 def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: bool = False,
