@@ -169,13 +169,11 @@ def test_curve(out: Path, record: dict, test_data, zero: dict) -> list[dict]:
 def resumable_step(out: Path) -> int | None:
     """The step of the checkpoint an interrupted run left in ``out``, or None (no checkpoint: train from step 0).
     Memory-mapped: only the small state is read, not the weights and optimiser state the trainer loads next."""
-    import torch
-
-    from mixcse.rundir import checkpoint_path
+    from mixcse.rundir import checkpoint_path, load_checkpoint
 
     if not checkpoint_path(out).exists():
         return None
-    return torch.load(checkpoint_path(out), map_location="cpu", weights_only=False, mmap=True)["state"]["step"]
+    return load_checkpoint(checkpoint_path(out), mmap=True)["state"]["step"]
 
 
 def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: bool = False,

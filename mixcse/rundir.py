@@ -113,10 +113,10 @@ def save_checkpoint(path: Path, payload: dict) -> None:
         torch.save(payload, tmp)
 
 
-def load_checkpoint(path: Path) -> dict:
+def load_checkpoint(path: Path, mmap: bool = False) -> dict:
     """On the CPU: RNG states must stay CPU byte tensors; load_state_dict moves weights and optimiser state to
-    their parameters' device."""
-    return torch.load(path, map_location="cpu", weights_only=False)
+    their parameters' device. ``mmap``: tensors stay on disk until touched (to read only the small state)."""
+    return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
 
 
 def rng_state() -> dict:
