@@ -15,6 +15,7 @@ class DistContext:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
+    owns_group: bool = False  # this context created the process group, so it also tears it down
 
     @property
     def is_main(self) -> bool:
@@ -39,9 +40,22 @@ def init_from_env(device: str | None = None) -> DistContext:
         dev = torch.device("cuda", local_rank)
     else:
         dev = torch.device("cpu")
-    if world_size > 1 and not dist.is_initialized():
+    owns_group = world_size > 1 and not dist.is_initialized()
+    if owns_group:
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-    return DistContext(rank, world_size, local_rank, dev)
+    return DistContext(rank, world_size, local_rank, dev, owns_group)
+
+
+def close(ctx: DistContext) -> None:
+    """Wait for every rank; then tear down the process group if this context created it.
+
+    Left to interpreter exit, a gloo group's worker threads can be destroyed while a peer is closing its sockets,
+    and a rank then dies with SIGABRT ("terminate called without an active exception") after finishing its work.
+    """
+    barrier(ctx)
+    if ctx.owns_group and dist.is_initialized():
+        dist.destroy_process_group()
+        ctx.owns_group = False
 
 
 def gather_with_local_grad(x: torch.Tensor, ctx: DistContext) -> torch.Tensor:

@@ -42,6 +42,7 @@ class TrainResult:
     train_seconds: float
     sentences_per_second: float
     select_metric: str | None = None  # the selector's name (e.g. "stsb_dev"); None when nothing selected
+    is_main: bool = True  # False on the other ranks of a distributed run, whose step counters are not the run's
 
 
 def cpu_supports_bf16() -> bool:
@@ -301,10 +302,10 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
             print(f"note: no checkpoint beat the start model on {selector.name}; best/ is the start model",
                   file=sys.stderr)
         print("done " + json.dumps(summary), flush=True)
-    distributed.barrier(ctx)
+    distributed.close(ctx)
     return TrainResult(str(out), state["step"], state["best_step"], state["best_dev"], state["raw_dev"],
                        state["train_seconds"], state["sentences_seen"] / max(state["train_seconds"], 1e-9),
-                       selector.name if selector else None)
+                       selector.name if selector else None, ctx.is_main)
 
 
 def _write_card(out: Path, resolved: dict, summary: dict) -> None:

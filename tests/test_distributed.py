@@ -37,6 +37,7 @@ def one_step(recipe, out, nproc):
                f"output_dir={out}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("model in ") == 1, proc.stdout  # one report per run, not one per rank
     state = torch.load(out / "checkpoint/state.pt", weights_only=False)
     loss = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "loss" in line][0]
     return state, loss
