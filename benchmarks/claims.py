@@ -32,6 +32,7 @@ import common  # noqa: F401  (paths, sys.path, offline env)
 from common import CORPUS, DOWNSTREAM, REPO, RESULTS, STAND_IN, backbone_path, machine_info, minilm_path
 
 from mixcse.fileio import atomic_write_text
+from mixcse.rundir import candidate_path
 from mixcse.losses import PRESETS, objective_from_preset
 
 PRESET_LAM = {name: objective.lam for name, objective in PRESETS.items()}  # None for SimCSE
@@ -191,7 +192,8 @@ class Spec:
         bcfg = {k: v for k, v in BACKBONES[self.backbone].items() if k not in ("steps", "eval_steps")}
         base = {**COMMON, "model": backbone_path(self.backbone), "train_file": str(CORPUS),
                 "data_dir": str(DOWNSTREAM), "max_steps": self.steps, "eval_steps": self.eval_steps,
-                "save_steps": self.steps, **bcfg}  # no mid-run checkpoints: a killed run restarts
+                "save_steps": self.steps, "save_candidates": True,  # see training_best
+                **bcfg}  # no mid-run checkpoints: a killed run restarts
         return train_config(base, self.preset, self.lam_override, self.seed, str(RUNS_DIR / self.name))
 
 
@@ -253,7 +255,8 @@ def save_results(path: Path, update) -> dict:
     data["settings"] = {"backbones": {bb: {**cfg, **COMMON} for bb, cfg in BACKBONES.items()},
                         "corpus": str(CORPUS.relative_to(REPO.parent)),
                         "data_dir": str(DOWNSTREAM.relative_to(REPO.parent)),
-                        "evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysis, classifier=sklearn-converged)",
+                        "evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysis, classifier=sklearn-converged); "
+                                      "transfer_pytorch: the transfer tasks again, classifier=senteval-pytorch",
                         "selection": "STS-B dev Spearman (the trainer's stsb_dev selector)"}
     atomic_write_text(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
     return data
@@ -324,10 +327,12 @@ class AvgGloVe:
         return out
 
 
-def table_evaluation(encoder, mode: str, precision: str, workers: int, tasks=TASKS) -> tuple[dict, float]:
-    """The CPU table's final evaluation (mode test, the sklearn probe its records were made with)."""
+def table_evaluation(encoder, mode: str, precision: str, workers: int, tasks=TASKS,
+                     cache_dir=None) -> tuple[dict, float]:
+    """The CPU table's final evaluation (mode test) with the sklearn-converged probe its first records were made
+    with; ``cache_dir`` keeps the embeddings for the second probe (pytorch_transfer)."""
     return evaluate_model(encoder, DOWNSTREAM, tasks, precision, mode=mode, classifier="sklearn-converged",
-                          batch_size=EVAL_BATCH, verbose=True, workers=workers)
+                          batch_size=EVAL_BATCH, verbose=True, workers=workers, cache_dir=cache_dir)
 
 
 def summarise_eval(res: dict) -> dict:
@@ -348,18 +353,22 @@ def _stamp() -> dict:
     return {"machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def run_baseline(name: str, mode: str, eval_precision: str, workers: int = 1) -> dict:
+def baseline_encoder(name: str):
     from mixcse.encoder import SentenceEncoder
+
+    if name.startswith("minilm-raw"):
+        return SentenceEncoder.load(minilm_path())
+    if name.startswith("standin-raw"):
+        return SentenceEncoder.load(STAND_IN, pooler="cls_before_pooler" if name.endswith("-cls") else "avg")
+    return AvgGloVe()
+
+
+def run_baseline(name: str, mode: str, eval_precision: str, workers: int = 1) -> dict:
     from mixcse.evaluation import stsb_dev_spearman
 
     label, bb = BASELINES[name]
     load0 = os.getloadavg()[0]
-    if name.startswith("minilm-raw"):
-        enc = SentenceEncoder.load(minilm_path())
-    elif name.startswith("standin-raw"):
-        enc = SentenceEncoder.load(STAND_IN, pooler="cls_before_pooler" if name.endswith("-cls") else "avg")
-    else:
-        enc = AvgGloVe()
+    enc = baseline_encoder(name)
     precision = "fp32" if name.endswith("-fp32") else eval_precision
     dev = float(stsb_dev_spearman(enc, str(DOWNSTREAM)))  # fp32, as the trainer's selection computes it
     res, secs = table_evaluation(enc, mode, precision, workers)
@@ -379,24 +388,46 @@ def curves_of(records: list[dict]) -> dict:
     return curves
 
 
+def training_best(records: list[dict]) -> tuple[int, float]:
+    """(step, STS-B dev) of the best checkpoint *of training* (step > 0; the earliest on ties): the table's protocol
+    and the papers'. mixcse's own selection also weighs the start model (a run never ships a worse model than it
+    started from), which on the raw stand-in would keep the start model in every run (its STS-B dev, 29.75, is
+    above every trained checkpoint's) and leave nothing to compare; so the table saves every scored checkpoint
+    (save_candidates) and evaluates this one."""
+    scored = [(r["step"], r["stsb_dev"]) for r in records if "stsb_dev" in r and r["step"] > 0]
+    return max(scored, key=lambda sd: (sd[1], -sd[0]))
+
+
 def train_and_evaluate(spec: Spec, workers: int = 1) -> dict:
     cfg = spec.config()
     load0 = os.getloadavg()[0]
     result, records, train_wall, reused = train_run(cfg, reuse=True)
     tasks = TASKS if spec.transfer else tuple(t for t in TASKS if t != "transfer")
-    res, eval_secs = table_evaluation(str(RUNS_DIR / spec.name / "best"), spec.mode, spec.eval_precision, workers,
-                                      tasks)
-    return {"backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
+    best_step, best_dev = training_best(records)
+    best = str(candidate_path(RUNS_DIR / spec.name, best_step))
+    cache = RUNS_DIR / spec.name / EMBEDDINGS_DIR
+    res, eval_secs = table_evaluation(best, spec.mode, spec.eval_precision, workers, tasks, cache_dir=cache)
+    both = {}  # the papers' probe beside it, on the same (cached) embeddings
+    if spec.transfer:
+        fields, probe, secs = pytorch_transfer(best, spec.mode, spec.eval_precision, workers, cache_dir=cache)
+        both = {**fields, "pytorch_probe": {"classifier": PYTORCH_PROBE, "probe": probe, "eval_seconds": secs,
+                                            "eval_workers": workers}}
+        eval_secs += secs
+    shutil.rmtree(cache, ignore_errors=True)
+    return {**both, "backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
             "steps": spec.steps, "mode": spec.mode, "eval_precision": spec.eval_precision,
-            "eval_steps": spec.eval_steps, "best_step": result.best_step, "raw_dev": result.raw_dev,
-            "best_dev": result.best_dev, **summarise_eval(res), "curves": curves_of(records),
+            "eval_steps": spec.eval_steps, "best_step": best_step, "raw_dev": result.raw_dev, "best_dev": best_dev,
+            "selection": "training_best (step > 0)", "start_won": result.best_step == 0, **summarise_eval(res), "curves": curves_of(records),
             "train_seconds": result.train_seconds, "train_wall_seconds": train_wall, "eval_seconds": eval_secs,
             "training_reused": reused, "eval_workers": workers,
             "config": {k: v for k, v in cfg.items() if k != "output_dir"}, "load_1min_at_start": load0, **_stamp()}
 
 
+EMBEDDINGS_DIR = "embeddings"  # the final evaluation's embedding cache, shared by the two probes, then deleted
+
+
 def cleanup_weights(spec: Spec) -> None:
-    for sub in ("best", "checkpoint"):
+    for sub in ("best", "checkpoint", "candidates"):
         shutil.rmtree(RUNS_DIR / spec.name / sub, ignore_errors=True)
 
 
@@ -420,3 +451,88 @@ def probe_run(base: dict, variant: str, seed: int) -> dict:
             "raw_dev": result.raw_dev, "best_dev": result.best_dev, "sts": sts_scores(res), "train_seconds": train_s,
             "dev_curve": [(r["step"], r["stsb_dev"]) for r in records if "stsb_dev" in r],
             "loss_curve": [(r["step"], r["loss"]) for r in records if "loss" in r]}
+
+
+# ------------------------------------------------------------------ the papers' probe, added to recorded runs
+# The table was first evaluated with the sklearn-converged probe (field "transfer"); the SentEval PyTorch probe
+# (the papers' protocol) adds "transfer_pytorch" beside it, on the same bf16 embeddings, so the two differ by the
+# probe alone. The weights of those runs were not kept: a run is trained again from its recorded config (same
+# seed, data order and thread count); its STS-B dev at the recorded best step, compared with the record, shows
+# whether the retrained model is the recorded one.
+PYTORCH_PROBE = "senteval-pytorch"
+PYTORCH_FIELD = "transfer_pytorch"
+
+
+def spec_of(record: dict) -> Spec:
+    """The Spec of a recorded run (its name is the run's folder under RUNS_DIR)."""
+    return Spec(record["backbone"], record["preset"], record["seed"], record.get("lam"),
+                record.get("config", {}).get("lam"), record["steps"], record["eval_steps"],
+                record.get("mode", "test"), record.get("eval_precision", "fp32"))
+
+
+def recorded_config(record: dict) -> dict:
+    """The run's recorded config, less keys mixcse no longer has: `eval_at_start` (an STS-B dev score at step 0)
+    became the rule that the start model is always a selection candidate, which changes no recorded run (none
+    kept its start model)."""
+    from dataclasses import fields
+
+    from mixcse.config import TrainConfig
+
+    known = {f.name for f in fields(TrainConfig)}
+    return {k: v for k, v in record.get("config", {}).items() if k in known}
+
+
+def lacks_pytorch_probe(record: dict) -> bool:
+    return record.get("transfer") is not None and record.get(PYTORCH_FIELD) is None
+
+
+def pytorch_probe_order(data: dict) -> list[tuple[str, dict]]:
+    """Records still without the PyTorch probe, the claims' headline pairs first: MiniLM SimCSE & MixCSE, stand-in
+    SimCSE & MixCSE, the baselines, the ablations, then the extras (by seed within each group)."""
+    def rank(r: dict) -> tuple:
+        paper = r["preset"] in PAPER_PRESETS and r.get("lam") == PRESET_LAM.get(r["preset"])
+        group = (0 if r["preset"] in FIRST else 2) if paper else 3
+        return group, r["backbone"] != "minilm", r["seed"], r["preset"] != "simcse"
+
+    runs = sorted((r for r in data["runs"] if lacks_pytorch_probe(r)), key=rank)
+    baselines = [("baseline", b) for b in data["baselines"] if lacks_pytorch_probe(b)]
+    headline = [("run", r) for r in runs if rank(r)[0] == 0]
+    return headline + baselines + [("run", r) for r in runs if rank(r)[0] > 0]
+
+
+def pytorch_transfer(encoder, mode: str, precision: str, workers: int, cache_dir=None) -> tuple[dict, dict, float]:
+    """The transfer tasks only, with the SentEval PyTorch probe: (fields to add to a record, probe settings,
+    seconds)."""
+    from mixcse.evaluation import to_jsonable
+
+    res, secs = evaluate_model(encoder, DOWNSTREAM, ("transfer",), precision, mode=mode, classifier=PYTORCH_PROBE,
+                               batch_size=EVAL_BATCH, verbose=True, workers=workers, cache_dir=cache_dir)
+    scores = res["transfer"]
+    fields = {PYTORCH_FIELD: {t: v["acc"] for t, v in scores.items() if t != "avg"} | {"avg": scores["avg"]},
+              "mrpc_f1_pytorch": scores.get("MRPC", {}).get("f1")}
+    return to_jsonable(fields), to_jsonable(res["settings"]["classifier"]), secs
+
+
+def add_pytorch_probe(kind: str, record: dict, workers: int = 1) -> dict:
+    """``record`` with the PyTorch probe's transfer scores added (and "pytorch_probe": how they were made). A run is
+    trained again from its recorded config; its weights are kept under RUNS_DIR."""
+    load0 = os.getloadavg()[0]
+    meta: dict = {"classifier": PYTORCH_PROBE, "load_1min_at_start": load0}
+    if kind == "baseline":
+        encoder = baseline_encoder(record["name"])
+    else:
+        spec = spec_of(record)
+        out = RUNS_DIR / spec.name
+        # every scored step is saved: today's selection also weighs the start model, which the recorded runs did
+        # not, so the recorded best step is taken from candidates/ rather than from best/
+        cfg = {**spec.config(), **recorded_config(record), "save_candidates": True, "output_dir": str(out)}
+        result, records, wall, reused = train_run(cfg, reuse=True)
+        dev = {r["step"]: r["stsb_dev"] for r in records if "stsb_dev" in r}.get(record["best_step"])
+        encoder = str(candidate_path(out, record["best_step"]))
+        meta |= {"retrained_dev_at_recorded_best_step": dev,
+                 "same_model": dev is not None and abs(dev - record["best_dev"]) < 1e-6,
+                 "train_wall_seconds": wall, "training_reused": reused}
+    fields, probe, secs = pytorch_transfer(encoder, record.get("mode", "test"),
+                                           record.get("eval_precision", "fp32"), workers)
+    return {**record, **fields, "pytorch_probe": {**meta, "probe": probe, "eval_seconds": secs,
+                                                  "eval_workers": workers, **_stamp()}}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from claims import FIRST, PAPER_PRESETS, PRESET_LAM, RESULTS_JSON, load_results, parse_variant
+from claims import FIRST, PAPER_PRESETS, PRESET_LAM, PYTORCH_FIELD, RESULTS_JSON, load_results, parse_variant
 from common import REPO
 
 from mixcse.losses import PRESETS
@@ -146,7 +146,24 @@ def sts_avg(r):
 
 
 def transfer_avg(r):
+    """Transfer avg with the sklearn-converged probe (every record has it)."""
     return (r.get("transfer") or {}).get("avg")
+
+
+def pytorch_avg(r):
+    """Transfer avg with SentEval's PyTorch probe, the papers' protocol (claims.add_pytorch_probe; None before)."""
+    return (r.get(PYTORCH_FIELD) or {}).get("avg")
+
+
+# (record field, label, metric) of the two transfer probes, the papers' first
+PROBES_OF_TRANSFER = ((PYTORCH_FIELD, "SentEval PyTorch probe", pytorch_avg),
+                      ("transfer", "sklearn-converged", transfer_avg))
+
+
+def transfer_probes(data: dict) -> tuple:
+    """The PROBES_OF_TRANSFER some record of ``data`` has (tables show no column that is empty throughout)."""
+    records = data["runs"] + data["baselines"]
+    return tuple(p for p in PROBES_OF_TRANSFER if any(r.get(p[0]) for r in records))
 
 
 def analysis_of(key: str) -> Callable[[dict], float | None]:
@@ -215,12 +232,12 @@ class Claim(NamedTuple):
 
 
 STS_DIFF = Paired("STS avg", sts_avg, judged=False)  # a difference, not judged: the extras and the GPU probes
-TRANSFER_DIFF = Paired("transfer avg", transfer_avg, judged=False)
+TRANSFER_DIFFS = tuple(Paired(f"transfer avg ({name})", fn, judged=False) for _, name, fn in PROBES_OF_TRANSFER)
 STS_GAIN = paper_gap("mixcse", "simcse")  # the paper's headline: +2.83 STS avg
 CLAIMS = {
     1: Claim(f"*MixCSE beats SimCSE on STS (paper: {STS_GAIN:+.2f} avg) and on transfer.*", "mixcse", "simcse",
              (Paired("STS avg", sts_avg, unit=" points", means="", paper=STS_GAIN),
-              Paired("Transfer avg", transfer_avg, unit=" points", means=""))),
+              *(Paired(f"Transfer avg, {name}", fn, unit=" points", means="") for _, name, fn in PROBES_OF_TRANSFER))),
     5: Claim("*Wider spread and more uniform at comparable alignment* (best models, STS-B dev+test).", "mixcse",
              "simcse", (Paired("Max angle larger", analysis_of("max_angle"), unit="°", means="°", wins=False),
                         Paired("Uniformity lower", analysis_of("uniformity"), sign=-1, digits=4, wins=False),
@@ -255,26 +272,42 @@ def variance_claim(mix: dict, sim: dict) -> str:
             f"seeds a std is itself very uncertain, so this is weak evidence either way.")
 
 
-def ablation_claim(runs: dict[str, dict[int, dict]]) -> str:
-    """The order full > single > wo-sg, judged on the paired differences where seeds overlap, else on the means."""
+def ablation_order(runs: dict[str, dict[int, dict]], metric) -> str | None:
+    """The order full > single > wo-sg on ``metric``, judged on the paired differences where seeds overlap, else on
+    the means: "**held**: a / b / c (n = ...); full − single ...; single − wo-sg ... | full > single: ...", or None
+    while a variant has no value."""
     full, single, wosg = ABLATION
-    means = {p: mean_std([sts_avg(r) for r in runs[p].values()]) for p in ABLATION}
+    means = {p: mean_std([metric(r) for r in runs[p].values()]) for p in ABLATION}
     if any(m[0] is None for m in means.values()):
-        return "3. *full > single > wo-sg.* n/a (single / wo-sg runs not recorded yet)"
+        return None
 
     def ahead(a: str, b: str) -> bool:
-        diffs = paired(runs[a], runs[b], sts_avg)
+        diffs = paired(runs[a], runs[b], metric)
         return statistics.fmean(diffs) > 0 if diffs else means[a][0] > means[b][0]
 
     fs, sw, fw = ahead(full, single), ahead(single, wosg), ahead(full, wosg)
-    steps = "; ".join(compare(replace(STS_DIFF, label=label), runs[a], runs[b])
+    steps = "; ".join(compare(Paired(label, metric, judged=False), runs[a], runs[b])
                       for label, a, b in (("full − single", full, single), ("single − wo-sg", single, wosg)))
-    paper = " / ".join(f"{PAPER[p]['sts']:.2f}" for p in means)
-    return (f"3. *full > single > wo-sg on STS avg (paper {paper}).* "
-            f"{_held(fs and sw)}: {' / '.join(f'{m[0]:.2f}' for m in means.values())} "
-            f"(n = {' / '.join(str(m[2]) for m in means.values())}); {steps} (paper {paper_gap(full, single):+.2f}, "
-            f"{paper_gap(single, wosg):+.2f}). full > single: {_held(fs)}; single > wo-sg: {_held(sw)}; "
-            f"full > wo-sg: {_held(fw)}.")
+    return (f"{_held(fs and sw)}: {' / '.join(f'{m[0]:.2f}' for m in means.values())} "
+            f"(n = {' / '.join(str(m[2]) for m in means.values())}); {steps} | full > single: {_held(fs)}; "
+            f"single > wo-sg: {_held(sw)}; full > wo-sg: {_held(fw)}.")
+
+
+def ablation_claim(runs: dict[str, dict[int, dict]]) -> str:
+    """Claim 3 on STS avg (the paper's ablation), then the same order on each transfer probe's avg."""
+    full, single, wosg = ABLATION
+    sts = ablation_order(runs, sts_avg)
+    if sts is None:
+        return "3. *full > single > wo-sg.* n/a (single / wo-sg runs not recorded yet)"
+    paper = " / ".join(f"{PAPER[p]['sts']:.2f}" for p in ABLATION)
+    head, tail = sts.split(" | ")
+    text = (f"3. *full > single > wo-sg on STS avg (paper {paper}).* {head} (paper {paper_gap(full, single):+.2f}, "
+            f"{paper_gap(single, wosg):+.2f}). {tail}")
+    for _, name, fn in PROBES_OF_TRANSFER:
+        order = ablation_order(runs, fn)
+        text += (f" On transfer avg ({name}): " + (order.replace(" | ", ". ") if order else
+                                                    "n/a (not measured for every variant yet)"))
+    return text
 
 
 def signal_claim(mix: dict, sim: dict) -> str:
@@ -323,8 +356,8 @@ def extras_lines(data: dict, backbone: str) -> list[str]:
         other, names = {r["seed"]: r for r in group}, (variant_label(preset, lam), "MixCSE λ=0.2")
         clipped = [curve_mean(r, "lam_clipped", second_half=False) for r in group]
         note = f"; the bound lowered λ for {cell(clipped, 3)} of the pairs per step" if _finite(clipped) else ""
-        transfer = (compare(TRANSFER_DIFF, other, full, names) if any(transfer_avg(r) is not None for r in group)
-                    else "transfer not evaluated (--no-transfer)")
+        transfer = ("; ".join(compare(d, other, full, names) for d in TRANSFER_DIFFS if any(
+            d.metric(r) is not None for r in group)) or "transfer not evaluated (--no-transfer)")
         lines.append(f"- {names[0]} − {names[1]}: {compare(STS_DIFF, other, full, names)}; {transfer} "
                      f"({cell([sts_avg(r) for r in group])} / {cell([transfer_avg(r) for r in group])}{note}).")
     return lines
@@ -341,7 +374,7 @@ def task_table(data: dict, backbone: str, section: str) -> list[str]:
     tasks = STS_TASKS if section == "sts" else TRANSFER_TASKS
     header = ["Model", "steps", "n"] + [task_label(t) for t in tasks] + ["Avg."]
     rows = [[f"*{b['label']}* (baseline)", "--", "1"] + [number(b[section].get(t)) for t in tasks + ("avg",)]
-            for b in sorted(_baselines(data, backbone), key=lambda b: b["backbone"] == "glove") if section in b]
+            for b in sorted(_baselines(data, backbone), key=lambda b: b["backbone"] == "glove") if b.get(section)]
     for (preset, lam, steps, mode), runs in groups(data["runs"], backbone).items():
         runs = [r for r in runs if r.get(section)]  # runs recorded without transfer have no transfer row
         if runs:
@@ -354,16 +387,19 @@ def task_table(data: dict, backbone: str, section: str) -> list[str]:
 
 
 def ablation_table(data: dict, backbone: str) -> list[str]:
-    header = ["Model", "steps", "best step", "STS-B dev", "STS avg", "transfer avg", "paper STS avg (BERT-base)",
-              "paper transfer avg"]
-    rows = [[f"*{b['label']}* (baseline)", "--", "--", number(b.get("stsb_dev")), number(sts_avg(b)),
-             number(transfer_avg(b)), "", ""] for b in _baselines(data, backbone)]
+    probes = transfer_probes(data)
+    header = (["Model", "steps", "best step", "STS-B dev", "STS avg"] + [f"transfer avg ({name})" for _, name, _ in
+                                                                          probes]
+              + ["paper STS avg (BERT-base)", "paper transfer avg"])
+    rows = [[f"*{b['label']}* (baseline)", "--", "--", number(b.get("stsb_dev")), number(sts_avg(b))]
+            + [number(fn(b)) for _, _, fn in probes] + ["", ""] for b in _baselines(data, backbone)]
     for (preset, lam, steps, mode), runs in groups(data["runs"], backbone).items():
         paper = PAPER.get(preset, {}) if lam == PRESET_LAM.get(preset, lam) else {}
         rows.append([variant_label(preset, lam, mode), str(steps),
                      cell([r.get("best_step") for r in runs], 0, show_n=False),
-                     cell([r.get("best_dev") for r in runs], show_n=False), cell([sts_avg(r) for r in runs]),
-                     cell([transfer_avg(r) for r in runs]), number(paper.get("sts")), number(paper.get("transfer"))])
+                     cell([r.get("best_dev") for r in runs], show_n=False), cell([sts_avg(r) for r in runs])]
+                    + [cell([fn(r) for r in runs]) for _, _, fn in probes]
+                    + [number(paper.get("sts")), number(paper.get("transfer"))])
     return markdown_table(header, rows)
 
 
@@ -571,6 +607,14 @@ def _timing_lines(data: dict) -> list[str]:
                      f"training incl. dev evaluations {cell([r.get('train_wall_seconds') for r in rs], 0)} s, "
                      f"final evaluation {cell([r.get('eval_seconds') for r in rs], 0)} s per run; "
                      f"1-min load average {cell([_load(r) for r in rs], 1, show_n=False)}")
+        probed = [r["pytorch_probe"] for r in rs if "train_wall_seconds" in (r.get("pytorch_probe") or {})]
+        if probed:
+            lines.append(f"- {bb}, SentEval PyTorch probe added to {len(probed)} runs (each retrained from its "
+                         f"config): training incl. dev evaluations "
+                         f"{cell([m.get('train_wall_seconds') for m in probed], 0)} s, transfer evaluation "
+                         f"{cell([m.get('eval_seconds') for m in probed], 0)} s per run; retrained model identical "
+                         f"to the recorded one (same STS-B dev at its best step) in "
+                         f"{sum(bool(m.get('same_model')) for m in probed)}/{len(probed)}")
     return lines
 
 
@@ -583,14 +627,18 @@ def _sections(heading: str, parts: dict[str, list[str]], *intro: str) -> list[st
     return out
 
 
-def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] = ()) -> str:
+def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] = (),
+           source: Path = RESULTS_JSON) -> str:
+    name = source.relative_to(REPO) if source.resolve().is_relative_to(REPO) else source
     out = ["## The full record", "",
-           "Generated by `python benchmarks/paper_claims.py --report-only` from "
-           "`benchmarks/results/paper_claims.json` and the GPU probe files beside it; do not edit by hand.", "",
+           f"Generated by `python benchmarks/paper_claims.py --report-only` from `{name}`"
+           + (" and the GPU probe files beside it" if probes else "") + "; do not edit by hand.", "",
            "Protocol: each (backbone, variant, seed) trains once; the checkpoint is selected on STS-B dev only "
-           "(Spearman, evaluated every `eval_steps` and at the end), then that model is evaluated once on the 7 STS "
+           "(Spearman, evaluated every `eval_steps` and at the end; among the training checkpoints, the start model "
+           "excluded), then that model is evaluated once on the 7 STS "
            "tasks (Spearman ×100, 'all' for STS12-16) and the 7 transfer tasks (test accuracy ×100, logistic "
-           "regression, sklearn, 10-fold). Same seed = same data order for every variant. Cells: mean ± sample std "
+           "regression on the same embeddings with two probes: SentEval's PyTorch probe, the papers' protocol, and "
+           "the sklearn-converged one; see docs/evaluation-protocol.md). Same seed = same data order for every variant. Cells: mean ± sample std "
            "over seeds (n = seeds). The paper's numbers are BERT-base (a different backbone, 1 epoch on wiki1m), for "
            "orientation only.", ""]
     if any(r.get("eval_precision", "fp32") == "bf16" for r in data["runs"]):
@@ -600,8 +648,9 @@ def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] 
                 "always fp32.", ""]
     settings = (data.get("settings") or {}).get("backbones") or {}
     if settings:
+        ran = {r["backbone"] for r in data["runs"]}
         out += ["Settings:", ""] + [f"- **{bb}**: " + ", ".join(f"{k} {v}" for k, v in cfg.items())
-                                    for bb, cfg in settings.items()] + [""]
+                                    for bb, cfg in settings.items() if bb in ran] + [""]
     backbones = [b for b in ("minilm", "standin") if any(x.get("backbone") == b
                                                          for x in data["runs"] + data["baselines"])]
     out += _sections("## Claim-by-claim verdicts", {bb: verdicts(data, bb) for bb in backbones})
@@ -613,7 +662,9 @@ def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] 
     if probes:
         out += _sections(PROBES_HEADING, dict(probes), PROBES_INTRO)
     out += _sections("## Ablation: STS avg / transfer avg", {bb: ablation_table(data, bb) for bb in backbones})
-    for section, heading in (("sts", "## STS (Spearman ×100)"), ("transfer", "## Transfer (test accuracy ×100)")):
+    sections = [("sts", "## STS (Spearman ×100)")] + [
+        (field, f"## Transfer, {name} (test accuracy ×100)") for field, name, _ in transfer_probes(data)]
+    for section, heading in sections:
         out += _sections(heading, {bb: task_table(data, bb, section) for bb in backbones})
     if figures:
         out += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures] + [""]
@@ -644,7 +695,9 @@ def write_results(path: Path, generated: str) -> None:
 
 def report(path: Path = RESULTS_JSON, docs: Path = DOCS, figures: bool = True, quiet: bool = False) -> str:
     data = load_results(path)
-    text = render(data, make_figures(data, docs) if figures else [], probe_sections(path.parent))
+    # the GPU probes belong to the main table; another results file (e.g. --precision fp32) is rendered alone
+    probes = probe_sections(path.parent) if path.name == RESULTS_JSON.name else []
+    text = render(data, make_figures(data, docs) if figures else [], probes, source=path.resolve())
     write_results(docs / "results.md", text)
     if not quiet:
         print(text)

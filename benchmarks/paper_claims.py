@@ -5,10 +5,20 @@
     python benchmarks/paper_claims.py --extras             # also the λ sweep and the bound/released presets (EXTRAS)
     python benchmarks/paper_claims.py --backbones minilm --presets simcse,mixcse:0.3 --seeds 0 --steps 50 --mode fasttest
 
+    python benchmarks/paper_claims.py --precision fp32 --results benchmarks/results/paper_claims_fp32.json \
+        --docs docs/claims-fp32 --backbones standin      # the fp32 table (a CPU without native bf16)
+    python benchmarks/paper_claims.py --pytorch-probe   # add the papers' probe to recorded runs (see below)
+
 Each (backbone, variant, seed) is trained with ``mixcse.train`` under ``benchmarks/cache/runs/`` (gitignored); a
-variant is a preset, optionally with λ ("mixcse:0.3"). The checkpoint is selected on STS-B dev only
-(``analysis_at_eval: true`` logs alignment / uniformity / max angle of STS-B dev at each evaluation); ``OUT/best``
-is then evaluated once on the 7 STS and 7 transfer tasks (mode test, sklearn classifier) plus the STS-B analysis.
+variant is a preset, optionally with λ ("mixcse:0.3"). The checkpoint is selected on STS-B dev only, among the
+training checkpoints (claims.training_best; ``analysis_at_eval: true`` logs alignment / uniformity / max angle of
+STS-B dev at each evaluation); it is then evaluated once on the 7 STS and 7 transfer tasks (mode test) plus the
+STS-B analysis, the transfer tasks with both probes on the same embeddings: sklearn-converged (record field
+``transfer``) and SentEval's PyTorch probe, the papers' protocol (``transfer_pytorch``). Records made before the
+second probe existed have ``transfer`` only; ``--pytorch-probe`` retrains each from its recorded config and adds
+``transfer_pytorch``, with a check that the retrained model is the recorded one (its STS-B dev at the recorded best
+step). The recorded table trained in bf16 on a CPU with native bf16; on one without (bf16 emulated, many times
+slower, other kernels) use ``--precision fp32`` with its own results file instead.
 The finished run is appended to ``benchmarks/results/paper_claims.json`` (written atomically after every run),
 which is the cache: a re-run skips every (backbone, preset, seed, λ, steps, mode, eval precision) already there, so
 the table fills over several sittings; the weights of a recorded run are deleted. A run killed during its final
@@ -53,6 +63,47 @@ def summary(kind: str, record: dict) -> str:
     return text + f", eval {record['eval_seconds']:.0f} s"
 
 
+def add_pytorch_probe(args, backbones: list[str], variants: list[str], seeds: list[int]) -> int:
+    """--pytorch-probe: claims.pytorch_probe_order's records of the chosen backbones / variants / seeds."""
+    wanted = {(claims.parse_variant(v)[0], claims.make_spec("minilm", v, 0, None, "test", "bf16").lam)
+              for v in variants}
+    data = claims.load_results(args.results)
+
+    def chosen(kind: str, r: dict) -> bool:
+        if kind == "baseline":
+            return not args.no_baselines and r["backbone"] in backbones + ["glove"]
+        return r["backbone"] in backbones and (r["preset"], r.get("lam")) in wanted and r["seed"] in seeds
+
+    jobs = [(kind, r) for kind, r in claims.pytorch_probe_order(data) if chosen(kind, r)]
+    label = lambda kind, r: f"baseline {r['name']}" if kind == "baseline" else claims.spec_of(r).name  # noqa: E731
+    print(f"[paper_claims] PyTorch probe: {len(jobs)} records to do", flush=True)
+    if args.dry_run:
+        print("\n".join(f"  to do  {label(kind, r)}" for kind, r in jobs))
+        return 0
+    failures = 0
+    for i, (kind, record) in enumerate(jobs, 1):
+        print(f"[paper_claims] ({i}/{len(jobs)}) PyTorch probe, {label(kind, record)}: start "
+              f"{time.strftime('%H:%M:%S')}, load {os.getloadavg()[0]:.1f}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            new = claims.add_pytorch_probe(kind, record, args.eval_workers)
+            claims.record_run(args.results, new, claims.baseline_key(new) if kind == "baseline"
+                              else claims.run_key(new))
+        except KeyboardInterrupt:
+            raise
+        except Exception:  # retried next time
+            failures += 1
+            traceback.print_exc()
+            continue
+        meta = new["pytorch_probe"]
+        same = "" if kind == "baseline" else f", same model as recorded: {meta['same_model']}"
+        print(f"[paper_claims] recorded {label(kind, record)}: transfer avg PyTorch probe "
+              f"{new[claims.PYTORCH_FIELD]['avg']:.2f} vs sklearn-converged {record['transfer']['avg']:.2f}{same}; "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"[paper_claims] PyTorch probe finished; {failures} failed", flush=True)
+    return 1 if failures else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Reproduce MixCSE's claims side by side.")
     ap.add_argument("--backbones", nargs="+", default=["minilm,standin"])
@@ -71,12 +122,20 @@ def main(argv=None) -> int:
                          "2-core one; the probes always use 1)")
     ap.add_argument("--eval-precision", choices=("bf16", "fp32"), default="bf16",
                     help="precision of the final evaluation's inference (selection on STS-B dev is always fp32)")
+    ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
+                    help="training precision (default bf16, as the recorded table); fp32 also sets --eval-precision "
+                         "fp32: for a CPU without AVX512-BF16/AMX, where bf16 is emulated and many times slower. Use "
+                         "its own --results file: records are keyed by evaluation precision, not training precision")
     ap.add_argument("--report-only", action="store_true", help="regenerate docs/results.md and figures, no training")
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--no-transfer", action="store_true",
                     help="final evaluation of new runs on the STS tasks (+ analysis) only: ~10 of a MiniLM run's ~17 "
                          "min are the transfer probes. Such a run keeps its weights; a later sitting without the flag "
                          "adds its transfer scores without retraining")
+    ap.add_argument("--pytorch-probe", action="store_true",
+                    help="add the SentEval PyTorch probe's transfer scores (the papers' protocol) to the recorded runs "
+                         "and baselines (of --backbones, --presets, --seeds) that have only the sklearn-converged "
+                         "ones: each run is trained again from its recorded config, its weights are kept")
     ap.add_argument("--dry-run", action="store_true", help="print the plan (done / to do) and exit")
     ap.add_argument("--results", type=Path, default=claims.RESULTS_JSON, help="results JSON")
     ap.add_argument("--docs", type=Path, default=claims_report.DOCS, help="where results.md and figures go")
@@ -101,7 +160,13 @@ def main(argv=None) -> int:
     import torch
 
     claims.COMMON["num_threads"] = args.threads
+    if args.precision == "fp32":
+        args.eval_precision = "fp32"
+        for cfg in claims.BACKBONES.values():
+            cfg["precision"] = "fp32"
     torch.set_num_threads(args.threads)
+    if args.pytorch_probe:
+        return add_pytorch_probe(args, backbones, variants, seeds)
     jobs = claims.plan(backbones, variants, seeds, args.extras, args.steps, args.mode, args.eval_precision,
                        transfer=not args.no_transfer)
     if args.no_baselines:

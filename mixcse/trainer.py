@@ -65,6 +65,9 @@ def resolve_precision(precision: str, device: torch.device) -> str:
         return "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError("precision fp16 needs a CUDA device; on CPU use bf16 or fp32")
+    if precision == "bf16" and device.type == "cpu" and not cpu_supports_bf16():
+        print("warning: precision bf16 on a CPU with neither AVX512-BF16 nor AMX-BF16: bf16 is emulated here and "
+              "many times slower than fp32 (precision: auto picks fp32 on such a CPU)", file=sys.stderr)
     return precision
 
 

@@ -209,3 +209,22 @@ def test_a_claim_is_data_rendered_by_one_function(monkeypatch):
                                   na="*Spread.* n/a")  # a judged check without data: the whole line is n/a
     monkeypatch.setitem(claims_report.CLAIMS, 9, no_data)
     assert claims_report.render_claim(9, runs) == "9. *Spread.* n/a"
+
+
+def test_both_transfer_probes_are_judged_and_tabled_side_by_side():
+    data = synthetic_results()
+    for r in data["runs"]:  # the PyTorch probe: MixCSE ahead on seeds 0, 1 and behind on 2; sklearn all tied
+        value = 82.0 + {("mixcse", 0): 0.3, ("mixcse", 1): 0.1, ("mixcse", 2): -0.1}.get((r["preset"], r["seed"]), 0)
+        r[claims_report.PYTORCH_FIELD] = {t: value for t in claims_report.TRANSFER_TASKS} | {"avg": value}
+    claim = next(x for x in claims_report.verdicts(data, "minilm") if x.startswith("1."))
+    assert "Transfer avg, SentEval PyTorch probe: **held**, +0.10 ± 0.20 (n=3" in claim
+    assert "better on 2/3 seeds" in claim
+    assert "Transfer avg, sklearn-converged: **did not hold**, +0.00 ± 0.00 (n=3)" in claim
+    text = claims_report.render(data, [])
+    assert "## Transfer, SentEval PyTorch probe" in text and "## Transfer, sklearn-converged" in text
+    row = next(x for x in claims_report.ablation_table(data, "minilm") if x.startswith("| MixCSE |"))
+    assert "| 82.10 ± 0.20 (n=3) | 83.00 ± 0.00 (n=3) |" in row  # PyTorch probe, then sklearn-converged
+    half = copy.deepcopy(data)  # a record without the PyTorch probe is left out of that column, not read as 0
+    del next(r for r in half["runs"] if r["preset"] == "mixcse" and r["seed"] == 2)[claims_report.PYTORCH_FIELD]
+    row = next(x for x in claims_report.ablation_table(half, "minilm") if x.startswith("| MixCSE |"))
+    assert "| 82.20 ± 0.14 (n=2) |" in row

@@ -86,3 +86,57 @@ def test_a_bad_variant_or_seed_is_refused_before_anything_runs(tmp_path, capsys)
             steps_probe.main(probe + args)
         assert stop.value.code == 2 and "error:" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_the_table_evaluates_the_best_checkpoint_of_training_not_the_start_model():
+    records = [{"step": 0, "stsb_dev": 30.0}, {"step": 5, "loss": 1.0}, {"step": 25, "stsb_dev": 28.0},
+               {"step": 50, "stsb_dev": 29.0}, {"step": 75, "stsb_dev": 29.0}]
+    assert claims.training_best(records) == (50, 29.0)  # the start scores higher; the earliest of a tie wins
+    assert claims.make_spec("standin", "simcse", 0, None, "test", "fp32").config()["save_candidates"] is True
+
+
+def test_the_pytorch_probe_is_added_to_a_recorded_run_from_the_recorded_checkpoint(monkeypatch, tmp_path):
+    """A recorded run is retrained from its recorded config (keys mixcse no longer has dropped) and the candidate at
+    its recorded best step is evaluated; whether that is the recorded model is checked on STS-B dev there."""
+    spec = claims.make_spec("standin", "mixcse", 1, None, "test", "bf16")
+    rec = {**record(spec, transfer=True), "eval_steps": spec.eval_steps, "best_step": 50, "best_dev": 29.5,
+           "config": {**spec.config(), "eval_at_start": True, "num_threads": 2}}
+    seen = {}
+
+    def train_run(cfg, reuse=False):
+        seen["cfg"] = cfg
+        return None, [{"step": 0, "stsb_dev": 30.0}, {"step": 50, "stsb_dev": 29.5}], 12.0, False
+
+    def transfer(encoder, mode, precision, workers, cache_dir=None):
+        seen["encoder"], seen["precision"] = encoder, precision
+        return {"transfer_pytorch": {"MR": 70.0, "avg": 81.0}, "mrpc_f1_pytorch": 80.0}, {"lr": 1e-3}, 3.0
+
+    monkeypatch.setattr(claims, "RUNS_DIR", tmp_path)
+    monkeypatch.setattr(claims, "train_run", train_run)
+    monkeypatch.setattr(claims, "pytorch_transfer", transfer)
+    out = claims.add_pytorch_probe("run", rec)
+    assert "eval_at_start" not in seen["cfg"] and seen["cfg"]["num_threads"] == 2 and seen["cfg"]["seed"] == 1
+    assert seen["encoder"] == str(tmp_path / spec.name / "candidates" / "step-50") and seen["precision"] == "bf16"
+    assert out["transfer_pytorch"]["avg"] == 81.0 and out["transfer"] == rec["transfer"]  # sklearn kept beside
+    assert out["pytorch_probe"]["same_model"] is True
+    assert claims.add_pytorch_probe("run", {**rec, "best_dev": 29.4})["pytorch_probe"]["same_model"] is False
+    data = {"runs": [out, {**rec, "preset": "simcse", "lam": None}, {**rec, "preset": "mixcse-wo-sg", "seed": 0}],
+            "baselines": [{"name": "glove", "backbone": "glove", "transfer": {"avg": 75.0}}]}
+    order = [(kind, r.get("preset", r.get("name"))) for kind, r in claims.pytorch_probe_order(data)]
+    assert order == [("run", "simcse"), ("baseline", "glove"), ("run", "mixcse-wo-sg")]  # headline pairs first
+
+
+def test_the_fp32_table_trains_and_evaluates_in_fp32(tmp_path, monkeypatch, capsys):
+    import copy
+
+    import torch
+
+    paper_claims = pytest.importorskip("paper_claims")
+    monkeypatch.setattr(claims, "BACKBONES", copy.deepcopy(claims.BACKBONES))
+    monkeypatch.setattr(claims, "COMMON", dict(claims.COMMON))
+    args = ["--precision", "fp32", "--backbones", "standin", "--presets", "simcse", "--seeds", "0", "--dry-run",
+            "--no-baselines", "--threads", str(torch.get_num_threads()), "--results", str(tmp_path / "r.json")]
+    assert paper_claims.main(args) == 0
+    assert "to do  standin-simcse-lamnone-s0-n250-test-fp32" in capsys.readouterr().out
+    spec = claims.make_spec("standin", "simcse", 0, None, "test", "fp32")
+    assert spec.config()["precision"] == "fp32" and not (tmp_path / "r.json").exists()

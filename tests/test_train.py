@@ -188,3 +188,7 @@ def test_precision_auto_on_cpu_follows_bf16_support(monkeypatch, capsys):
     assert trainer.resolve_precision("auto", cpu) == "fp32"
     assert "precision auto -> fp32" in capsys.readouterr().err
     assert trainer.resolve_precision("fp32", cpu) == "fp32"
+    assert trainer.resolve_precision("bf16", cpu) == "bf16"  # asked for explicitly: kept, with a warning
+    assert "warning: precision bf16 on a CPU with neither" in capsys.readouterr().err
+    monkeypatch.setattr(trainer, "cpu_supports_bf16", lambda: True)
+    assert trainer.resolve_precision("bf16", cpu) == "bf16" and capsys.readouterr().err == ""
