@@ -526,7 +526,7 @@ def add_pytorch_probe(kind: str, record: dict, workers: int = 1) -> dict:
         # every scored step is saved: today's selection also weighs the start model, which the recorded runs did
         # not, so the recorded best step is taken from candidates/ rather than from best/
         cfg = {**spec.config(), **recorded_config(record), "save_candidates": True, "output_dir": str(out)}
-        result, records, wall, reused = train_run(cfg, reuse=True)
+        _, records, wall, reused = train_run(cfg, reuse=True)
         dev = {r["step"]: r["stsb_dev"] for r in records if "stsb_dev" in r}.get(record["best_step"])
         encoder = str(candidate_path(out, record["best_step"]))
         meta |= {"retrained_dev_at_recorded_best_step": dev,
