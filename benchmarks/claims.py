@@ -255,8 +255,9 @@ def save_results(path: Path, update) -> dict:
     data["settings"] = {"backbones": {bb: {**cfg, **COMMON} for bb, cfg in BACKBONES.items()},
                         "corpus": str(CORPUS.relative_to(REPO.parent)),
                         "data_dir": str(DOWNSTREAM.relative_to(REPO.parent)),
-                        "evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysis, classifier=sklearn-converged); "
-                                      "transfer_pytorch: the transfer tasks again, classifier=senteval-pytorch",
+                        "evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysis, "
+                                      "classifier=sklearn-converged); transfer_pytorch: the transfer tasks again, "
+                                      "classifier=senteval-pytorch",
                         "selection": "STS-B dev Spearman (the trainer's stsb_dev selector)"}
     atomic_write_text(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
     return data
@@ -417,7 +418,8 @@ def train_and_evaluate(spec: Spec, workers: int = 1) -> dict:
     return {**both, "backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
             "steps": spec.steps, "mode": spec.mode, "eval_precision": spec.eval_precision,
             "eval_steps": spec.eval_steps, "best_step": best_step, "raw_dev": result.raw_dev, "best_dev": best_dev,
-            "selection": "training_best (step > 0)", "start_won": result.best_step == 0, **summarise_eval(res), "curves": curves_of(records),
+            "selection": "training_best (step > 0)", "start_won": result.best_step == 0, **summarise_eval(res),
+            "curves": curves_of(records),
             "train_seconds": result.train_seconds, "train_wall_seconds": train_wall, "eval_seconds": eval_secs,
             "training_reused": reused, "eval_workers": workers,
             "config": {k: v for k, v in cfg.items() if k != "output_dir"}, "load_1min_at_start": load0, **_stamp()}
@@ -523,9 +525,9 @@ def add_pytorch_probe(kind: str, record: dict, workers: int = 1) -> dict:
     else:
         spec = spec_of(record)
         out = RUNS_DIR / spec.name
-        # every scored step is saved: today's selection also weighs the start model, which the recorded runs did
-        # not, so the recorded best step is taken from candidates/ rather than from best/
-        cfg = {**spec.config(), **recorded_config(record), "save_candidates": True, "output_dir": str(out)}
+        # the recorded best step is read from candidates/ (spec.config() saves every scored step), not from best/:
+        # today's selection also weighs the start model, which the recorded runs did not
+        cfg = {**spec.config(), **recorded_config(record), "output_dir": str(out)}
         _, records, wall, reused = train_run(cfg, reuse=True)
         dev = {r["step"]: r["stsb_dev"] for r in records if "stsb_dev" in r}.get(record["best_step"])
         encoder = str(candidate_path(out, record["best_step"]))

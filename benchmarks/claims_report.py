@@ -21,7 +21,7 @@ import math
 import statistics
 import sys
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -638,7 +638,8 @@ def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] 
            "excluded), then that model is evaluated once on the 7 STS "
            "tasks (Spearman ×100, 'all' for STS12-16) and the 7 transfer tasks (test accuracy ×100, logistic "
            "regression on the same embeddings with two probes: SentEval's PyTorch probe, the papers' protocol, and "
-           "the sklearn-converged one; see docs/evaluation-protocol.md). Same seed = same data order for every variant. Cells: mean ± sample std "
+           "the sklearn-converged one; see docs/evaluation-protocol.md). Same seed = same data order for every "
+           "variant. Cells: mean ± sample std "
            "over seeds (n = seeds). The paper's numbers are BERT-base (a different backbone, 1 epoch on wiki1m), for "
            "orientation only.", ""]
     if any(r.get("eval_precision", "fp32") == "bf16" for r in data["runs"]):

@@ -65,8 +65,9 @@ def summary(kind: str, record: dict) -> str:
 
 def add_pytorch_probe(args, backbones: list[str], variants: list[str], seeds: list[int]) -> int:
     """--pytorch-probe: claims.pytorch_probe_order's records of the chosen backbones / variants / seeds."""
-    wanted = {(claims.parse_variant(v)[0], claims.make_spec("minilm", v, 0, None, "test", "bf16").lam)
-              for v in variants}
+    wanted = set()  # (preset, effective λ)
+    for preset, lam in map(claims.parse_variant, variants):
+        wanted.add((preset, claims.objective_from_preset(preset, lam=lam).lam))
     data = claims.load_results(args.results)
 
     def chosen(kind: str, r: dict) -> bool:
