@@ -110,6 +110,8 @@ class Autocast:
 
     def __init__(self, encoder):
         self.encoder = encoder
+        fp = getattr(encoder, "fingerprint", None)  # keeps the embedding cache usable: bf16 outputs are their own
+        self.fingerprint = f"{fp}|cpu-bf16-autocast" if isinstance(fp, str) and fp else None
 
     def encode(self, sentences: list[str], batch_size: int = 64):
         import torch
@@ -152,7 +154,8 @@ BACKBONES = {
     "standin": {"pooler": "cls", "mlp_only_train": True, "learning_rate": 3e-5, "precision": "bf16",
                 "steps": 250, "eval_steps": 25},
 }
-COMMON = {"batch_size": 64, "max_seq_length": 32, "temperature": 0.05, "log_steps": 5, "eval_batch_size": 128,
+TABLE_BATCH = 64
+COMMON = {"batch_size": TABLE_BATCH, "max_seq_length": 32, "temperature": 0.05, "log_steps": 5, "eval_batch_size": 128,
           "analysis_at_eval": True, "num_threads": THREADS,
           # The table's first runs predate the length-bucketed forward and the numpy dropout masks (same function,
           # same distribution, other random streams); every run of the table keeps the earlier path.
@@ -178,15 +181,20 @@ class Spec:
     mode: str
     eval_precision: str
     transfer: bool = True  # False: STS + analysis only; weights kept so that a later sitting adds transfer
+    batch_size: int = TABLE_BATCH  # the negatives (global batch); another size is part of the key and the name
+    mini_batch_size: int | None = None  # memory (the cached step, same objective): neither in the key nor the name
 
     @property
     def key(self) -> tuple:
-        return (self.backbone, self.preset, self.seed, self.lam, self.steps, self.mode, self.eval_precision)
+        return ((self.backbone, self.preset, self.seed, self.lam, self.steps, self.mode, self.eval_precision)
+                + batch_key(self.batch_size))
 
     @property
     def name(self) -> str:
         lam = "none" if self.lam is None else f"{self.lam:g}"
-        return f"{self.backbone}-{self.preset}-lam{lam}-s{self.seed}-n{self.steps}-{self.mode}-{self.eval_precision}"
+        batch = "" if self.batch_size == TABLE_BATCH else f"-b{self.batch_size}"
+        return (f"{self.backbone}-{self.preset}-lam{lam}-s{self.seed}-n{self.steps}{batch}-{self.mode}-"
+                f"{self.eval_precision}")
 
     def config(self) -> dict:
         bcfg = {k: v for k, v in BACKBONES[self.backbone].items() if k not in ("steps", "eval_steps")}
@@ -194,26 +202,42 @@ class Spec:
                 "data_dir": str(DOWNSTREAM), "max_steps": self.steps, "eval_steps": self.eval_steps,
                 "save_steps": self.steps, "save_candidates": True,  # see training_best
                 **bcfg}  # no mid-run checkpoints: a killed run restarts
+        if self.batch_size != TABLE_BATCH or self.mini_batch_size is not None:
+            base |= {"batch_size": self.batch_size, "mini_batch_size": self.mini_batch_size}
         return train_config(base, self.preset, self.lam_override, self.seed, str(RUNS_DIR / self.name))
 
 
+def batch_key(batch_size: int) -> tuple:
+    """The batch size's part of a run's key: none for the table's own (so every earlier record keeps its key)."""
+    return () if batch_size == TABLE_BATCH else (batch_size,)
+
+
 def run_key(r: dict) -> tuple:
-    return (r["backbone"], r["preset"], r["seed"], r.get("lam"), r.get("steps"), r.get("mode", "test"),
-            r.get("eval_precision", "fp32"))
+    return ((r["backbone"], r["preset"], r["seed"], r.get("lam"), r.get("steps"), r.get("mode", "test"),
+             r.get("eval_precision", "fp32")) + batch_key(r.get("batch_size", TABLE_BATCH)))
 
 
 def baseline_key(b: dict) -> tuple:
     return (b["name"], b.get("mode", "test"), b.get("eval_precision", "fp32"))
 
 
+def equal_sentences(steps: int, batch_size: int) -> int:
+    """The steps at ``batch_size`` that read as many sentences as ``steps`` at the table's batch (rounded, >= 1)."""
+    return max(1, round(steps * TABLE_BATCH / batch_size))
+
+
 def make_spec(backbone: str, variant: str, seed: int, steps: int | None, mode: str, eval_precision: str,
-              transfer: bool = True) -> Spec:
+              transfer: bool = True, batch_size: int = TABLE_BATCH, mini_batch_size: int | None = None) -> Spec:
+    """One run. Another ``batch_size`` keeps the table's budget of sentences (equal_sentences), as the SimCSE paper
+    compared batch sizes at one epoch."""
     preset, lam_override = parse_variant(variant)
     cfg = BACKBONES[backbone]
-    n = steps or cfg["steps"]
-    every = cfg["eval_steps"] if steps is None else max(1, min(cfg["eval_steps"], n // 4 or 1))
+    n = steps or equal_sentences(cfg["steps"], batch_size)
+    every = (equal_sentences(cfg["eval_steps"], batch_size) if steps is None
+             else max(1, min(cfg["eval_steps"], n // 4 or 1)))
     lam = objective_from_preset(preset, lam=lam_override).lam
-    return Spec(backbone, preset, seed, lam, lam_override, n, every, mode, eval_precision, transfer)
+    return Spec(backbone, preset, seed, lam, lam_override, n, every, mode, eval_precision, transfer, batch_size,
+                mini_batch_size)
 
 
 def plan(backbones, variants, seeds, extras: bool, steps, mode, eval_precision,
@@ -372,9 +396,15 @@ def run_baseline(name: str, mode: str, eval_precision: str, workers: int = 1) ->
     enc = baseline_encoder(name)
     precision = "fp32" if name.endswith("-fp32") else eval_precision
     dev = float(stsb_dev_spearman(enc, str(DOWNSTREAM)))  # fp32, as the trainer's selection computes it
-    res, secs = table_evaluation(enc, mode, precision, workers)
+    cache = CACHE / "baselines" / name / EMBEDDINGS_DIR
+    res, secs = table_evaluation(enc, mode, precision, workers, cache_dir=cache)
+    fields, probe, probe_secs = pytorch_transfer(enc, mode, precision, workers, cache_dir=cache)
+    shutil.rmtree(cache, ignore_errors=True)
     return {"name": name, "label": label, "backbone": bb, "mode": mode, "eval_precision": precision,
-            "stsb_dev": dev, **summarise_eval(res), "eval_seconds": secs, "load_1min_at_start": load0, **_stamp()}
+            "stsb_dev": dev, **summarise_eval(res), **fields,
+            "pytorch_probe": {"classifier": PYTORCH_PROBE, "probe": probe, "eval_seconds": probe_secs,
+                              "eval_workers": workers},
+            "eval_seconds": secs + probe_secs, "load_1min_at_start": load0, **_stamp()}
 
 
 def curves_of(records: list[dict]) -> dict:
@@ -416,7 +446,8 @@ def train_and_evaluate(spec: Spec, workers: int = 1) -> dict:
         eval_secs += secs
     shutil.rmtree(cache, ignore_errors=True)
     return {**both, "backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
-            "steps": spec.steps, "mode": spec.mode, "eval_precision": spec.eval_precision,
+            "steps": spec.steps, "batch_size": spec.batch_size, "mini_batch_size": spec.mini_batch_size,
+            "mode": spec.mode, "eval_precision": spec.eval_precision,
             "eval_steps": spec.eval_steps, "best_step": best_step, "raw_dev": result.raw_dev, "best_dev": best_dev,
             "selection": "training_best (step > 0)", "start_won": result.best_step == 0, **summarise_eval(res),
             "curves": curves_of(records),
@@ -469,7 +500,8 @@ def spec_of(record: dict) -> Spec:
     """The Spec of a recorded run (its name is the run's folder under RUNS_DIR)."""
     return Spec(record["backbone"], record["preset"], record["seed"], record.get("lam"),
                 record.get("config", {}).get("lam"), record["steps"], record["eval_steps"],
-                record.get("mode", "test"), record.get("eval_precision", "fp32"))
+                record.get("mode", "test"), record.get("eval_precision", "fp32"),
+                batch_size=record.get("batch_size", TABLE_BATCH), mini_batch_size=record.get("mini_batch_size"))
 
 
 def recorded_config(record: dict) -> dict:

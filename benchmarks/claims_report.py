@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from claims import FIRST, PAPER_PRESETS, PRESET_LAM, PYTORCH_FIELD, RESULTS_JSON, load_results, parse_variant
+from claims import (FIRST, PAPER_PRESETS, PRESET_LAM, PYTORCH_FIELD, RESULTS_JSON, TABLE_BATCH, load_results,
+                    parse_variant)
 from common import REPO
 
 from mixcse.losses import PRESETS
@@ -696,6 +697,8 @@ def write_results(path: Path, generated: str) -> None:
 
 def report(path: Path = RESULTS_JSON, docs: Path = DOCS, figures: bool = True, quiet: bool = False) -> str:
     data = load_results(path)
+    # the table is batch 64; runs of another batch size (benchmarks/batch_size.py) are compared there, not here
+    data["runs"] = [r for r in data["runs"] if r.get("batch_size", TABLE_BATCH) == TABLE_BATCH]
     # the GPU probes belong to the main table; another results file (e.g. --precision fp32) is rendered alone
     probes = probe_sections(path.parent) if path.name == RESULTS_JSON.name else []
     text = render(data, make_figures(data, docs) if figures else [], probes, source=path.resolve())

@@ -140,3 +140,42 @@ def test_the_fp32_table_trains_and_evaluates_in_fp32(tmp_path, monkeypatch, caps
     assert "to do  standin-simcse-lamnone-s0-n250-test-fp32" in capsys.readouterr().out
     spec = claims.make_spec("standin", "simcse", 0, None, "test", "fp32")
     assert spec.config()["precision"] == "fp32" and not (tmp_path / "r.json").exists()
+
+
+def test_a_baseline_records_both_probes_from_one_embedding_cache(monkeypatch, tmp_path):
+    import mixcse.evaluation
+
+    class Encoder:
+        fingerprint = "raw-model|avg"
+
+    seen = []
+
+    def table_evaluation(encoder, mode, precision, workers, tasks=claims.TASKS, cache_dir=None):
+        seen.append(("sklearn", encoder, precision, cache_dir))
+        Path(cache_dir).mkdir(parents=True)
+        res = {"sts": {"STS12": {"spearman": 70.0}, "avg": 70.0},
+               "transfer": {"MR": {"acc": 76.0}, "MRPC": {"acc": 70.0, "f1": 80.0}, "avg": 73.0},
+               "analysis": {"alignment": 0.3, "uniformity": -2.0, "max_angle": 100.0, "mean_angle": 60.0,
+                            "mean_cosine": 0.4},
+               "settings": {"mode": mode, "classifier": "sklearn", "batch_size": 128, "seconds": {}}}
+        return res, 10.0
+
+    def transfer(encoder, mode, precision, workers, cache_dir=None):
+        seen.append(("pytorch", encoder, precision, cache_dir))
+        return {"transfer_pytorch": {"MR": 75.0, "MRPC": 71.0, "avg": 73.0}, "mrpc_f1_pytorch": 79.0}, {"lr": 1e-3}, 3.0
+
+    encoder = Encoder()
+    monkeypatch.setattr(claims, "CACHE", tmp_path)
+    monkeypatch.setattr(claims, "baseline_encoder", lambda name: encoder)
+    monkeypatch.setattr(mixcse.evaluation, "stsb_dev_spearman", lambda enc, data_dir: 80.0)
+    monkeypatch.setattr(claims, "table_evaluation", table_evaluation)
+    monkeypatch.setattr(claims, "pytorch_transfer", transfer)
+    out = claims.run_baseline("minilm-raw", "test", "fp32", workers=2)
+    assert [s[0] for s in seen] == ["sklearn", "pytorch"] and seen[0][1:] == seen[1][1:]  # same encoder and cache
+    assert seen[0][3] is not None and not Path(seen[0][3]).exists()  # the cache is deleted afterwards
+    assert out["transfer"] == {"MR": 76.0, "MRPC": 70.0, "avg": 73.0} and out["mrpc_f1"] == 80.0
+    assert out["transfer_pytorch"]["MR"] == 75.0 and out["mrpc_f1_pytorch"] == 79.0
+    assert out["pytorch_probe"]["eval_workers"] == 2 and out["eval_seconds"] == 13.0 and out["stsb_dev"] == 80.0
+    # the bf16 path keeps a fingerprint of its own, so its embeddings are cached (and never mixed with fp32 ones)
+    assert claims.Autocast(encoder).fingerprint == "raw-model|avg|cpu-bf16-autocast"
+    assert claims.Autocast(object()).fingerprint is None
