@@ -23,7 +23,6 @@ runs: those already in the fp32 claims table (--reuse-from, same key) are copied
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -33,8 +32,6 @@ from pathlib import Path
 import claims
 import claims_report
 from common import RESULTS, single_instance
-
-from mixcse.fileio import atomic_write_text
 
 RESULTS_JSON = RESULTS / "batch_size.json"
 REUSE_FROM = RESULTS / "paper_claims_fp32.json"
@@ -105,12 +102,8 @@ def table(rows: list[dict]) -> str:
 
 
 def write_summary(path: Path, settings: dict) -> dict:
-    """The study's own settings and the summary, written atomically (record_run wrote the table's settings)."""
-    data = claims.load_results(path)
-    data["settings"] = settings
-    data["summary"] = summarise(data)
-    atomic_write_text(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
-    return data
+    """The study's own settings (record_run wrote the table's) and the summary."""
+    return claims.save_results(path, lambda data: data.__setitem__("summary", summarise(data)), settings)
 
 
 def _load(path: Path, ap: argparse.ArgumentParser) -> dict:

@@ -155,8 +155,8 @@ BACKBONES = {
                 "steps": 250, "eval_steps": 25},
 }
 TABLE_BATCH = 64
-COMMON = {"batch_size": TABLE_BATCH, "max_seq_length": 32, "temperature": 0.05, "log_steps": 5, "eval_batch_size": 128,
-          "analysis_at_eval": True, "num_threads": THREADS,
+COMMON = {"batch_size": TABLE_BATCH, "max_seq_length": 32, "temperature": 0.05, "log_steps": 5,
+          "eval_batch_size": 128, "analysis_at_eval": True, "num_threads": THREADS,
           # The table's first runs predate the length-bucketed forward and the numpy dropout masks (same function,
           # same distribution, other random streams); every run of the table keeps the earlier path.
           "length_buckets": 1, "fast_cpu_dropout": False}
@@ -272,11 +272,11 @@ def load_results(path: Path = RESULTS_JSON) -> dict:
     return data
 
 
-def save_results(path: Path, update) -> dict:
-    """Re-read, apply ``update(data)``, write atomically (tmp + rename)."""
+def save_results(path: Path, update, settings: dict | None = None) -> dict:
+    """Re-read, apply ``update(data)``, write atomically (tmp + rename) with ``settings`` (default: the table's)."""
     data = load_results(path)
     update(data)
-    data["settings"] = {"backbones": {bb: {**cfg, **COMMON} for bb, cfg in BACKBONES.items()},
+    data["settings"] = settings or {"backbones": {bb: {**cfg, **COMMON} for bb, cfg in BACKBONES.items()},
                         "corpus": str(CORPUS.relative_to(REPO.parent)),
                         "data_dir": str(DOWNSTREAM.relative_to(REPO.parent)),
                         "evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysis, "
@@ -396,15 +396,25 @@ def run_baseline(name: str, mode: str, eval_precision: str, workers: int = 1) ->
     enc = baseline_encoder(name)
     precision = "fp32" if name.endswith("-fp32") else eval_precision
     dev = float(stsb_dev_spearman(enc, str(DOWNSTREAM)))  # fp32, as the trainer's selection computes it
-    cache = CACHE / "baselines" / name / EMBEDDINGS_DIR
-    res, secs = table_evaluation(enc, mode, precision, workers, cache_dir=cache)
-    fields, probe, probe_secs = pytorch_transfer(enc, mode, precision, workers, cache_dir=cache)
-    shutil.rmtree(cache, ignore_errors=True)
+    res, both, secs = evaluate_both_probes(enc, mode, precision, workers, TASKS,
+                                           CACHE / "baselines" / name / EMBEDDINGS_DIR)
     return {"name": name, "label": label, "backbone": bb, "mode": mode, "eval_precision": precision,
-            "stsb_dev": dev, **summarise_eval(res), **fields,
-            "pytorch_probe": {"classifier": PYTORCH_PROBE, "probe": probe, "eval_seconds": probe_secs,
-                              "eval_workers": workers},
-            "eval_seconds": secs + probe_secs, "load_1min_at_start": load0, **_stamp()}
+            "stsb_dev": dev, **summarise_eval(res), **both, "eval_seconds": secs, "load_1min_at_start": load0,
+            **_stamp()}
+
+
+def evaluate_both_probes(encoder, mode: str, precision: str, workers: int, tasks, cache: Path):
+    """The table's final evaluation of ``tasks`` (sklearn-converged), then, when they include transfer, SentEval's
+    PyTorch probe on the same embeddings (cached in ``cache``, deleted after): (results, fields, seconds)."""
+    res, secs = table_evaluation(encoder, mode, precision, workers, tasks, cache_dir=cache)
+    both = {}
+    if "transfer" in tasks:
+        fields, probe, probe_secs = pytorch_transfer(encoder, mode, precision, workers, cache_dir=cache)
+        both = {**fields, "pytorch_probe": {"classifier": PYTORCH_PROBE, "probe": probe, "eval_seconds": probe_secs,
+                                            "eval_workers": workers}}
+        secs += probe_secs
+    shutil.rmtree(cache, ignore_errors=True)
+    return res, both, secs
 
 
 def curves_of(records: list[dict]) -> dict:
@@ -436,15 +446,8 @@ def train_and_evaluate(spec: Spec, workers: int = 1) -> dict:
     tasks = TASKS if spec.transfer else tuple(t for t in TASKS if t != "transfer")
     best_step, best_dev = training_best(records)
     best = str(candidate_path(RUNS_DIR / spec.name, best_step))
-    cache = RUNS_DIR / spec.name / EMBEDDINGS_DIR
-    res, eval_secs = table_evaluation(best, spec.mode, spec.eval_precision, workers, tasks, cache_dir=cache)
-    both = {}  # the papers' probe beside it, on the same (cached) embeddings
-    if spec.transfer:
-        fields, probe, secs = pytorch_transfer(best, spec.mode, spec.eval_precision, workers, cache_dir=cache)
-        both = {**fields, "pytorch_probe": {"classifier": PYTORCH_PROBE, "probe": probe, "eval_seconds": secs,
-                                            "eval_workers": workers}}
-        eval_secs += secs
-    shutil.rmtree(cache, ignore_errors=True)
+    res, both, eval_secs = evaluate_both_probes(best, spec.mode, spec.eval_precision, workers, tasks,
+                                                RUNS_DIR / spec.name / EMBEDDINGS_DIR)
     return {**both, "backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
             "steps": spec.steps, "batch_size": spec.batch_size, "mini_batch_size": spec.mini_batch_size,
             "mode": spec.mode, "eval_precision": spec.eval_precision,
