@@ -70,7 +70,8 @@ def quality(steps: int, seeds: list[int], threads: int) -> dict:
                 wall = time.perf_counter() - t0
                 # the trained model's score (best_dev may be the start model's, which is always a candidate)
                 final = [r for r in MetricsLog(Path(result.output_dir) / "metrics.jsonl").records() if "stsb_dev" in r]
-                run = {"seed": seed, "precision": precision, "stsb_dev": final[-1]["stsb_dev"], "raw_dev": result.raw_dev,
+                run = {"seed": seed, "precision": precision, "stsb_dev": final[-1]["stsb_dev"],
+                       "raw_dev": result.raw_dev,
                        "train_seconds": result.train_seconds, "sentences_per_second": result.sentences_per_second,
                        "wall_s": wall}
                 runs.append(run)
@@ -120,7 +121,8 @@ def main() -> None:
         print(f"quality: recipes/cpu/mixcse-mini.yaml, {args.steps} steps, seeds {args.seeds}, fp32 and bf16:")
         q = quality(args.steps, args.seeds, args.threads)
         print(f"  mean STS-B dev fp32 {q['mean_dev']['fp32']:.2f}, bf16 {q['mean_dev']['bf16']:.2f} "
-              f"(gap {q['bf16_minus_fp32']:+.2f}; seed spread within a precision {q['seed_spread_within_precision']:.2f})"
+              f"(gap {q['bf16_minus_fp32']:+.2f}; seed spread within a precision "
+              f"{q['seed_spread_within_precision']:.2f})"
               f" -> {'within' if q['within_seed_noise'] else 'OUTSIDE'} seed noise")
         payload["quality"] = q
         payload["within_seed_noise"] = q["within_seed_noise"]

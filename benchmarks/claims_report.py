@@ -85,7 +85,7 @@ def pm(xs, digits: int = 2) -> str:
 
 
 def _held(ok: bool | None) -> str:
-    return "n/a (no data yet)" if ok is None else ("**held**" if ok else "**did not hold**")
+    return "n/a (not measured)" if ok is None else ("**held**" if ok else "**did not hold**")
 
 
 def _wins(diffs: list[float], positive_is_good: bool = True) -> str:
@@ -254,6 +254,8 @@ def render_claim(number_: int, runs: dict[str, dict[int, dict]]) -> str:
     if na and not all(paired(runs[a], runs[b], c.metric) for c in checks if c.judged):
         return f"{number_}. {na}"
     names = (PRESET_NAMES[a], PRESET_NAMES[b])
+    # a check no run of either side has a value for (a probe this record never ran) is left out, not shown as n/a
+    checks = [c for c in checks if any(c.metric(r) is not None for r in (*runs[a].values(), *runs[b].values()))]
     text = f"{number_}. {title} " + ". ".join(compare(c, runs[a], runs[b], names) for c in checks) + "."
     for c in checks:
         diffs = paired(runs[a], runs[b], c.metric) if c.paper else []
@@ -305,9 +307,11 @@ def ablation_claim(runs: dict[str, dict[int, dict]]) -> str:
     text = (f"3. *full > single > wo-sg on STS avg (paper {paper}).* {head} (paper {paper_gap(full, single):+.2f}, "
             f"{paper_gap(single, wosg):+.2f}). {tail}")
     for _, name, fn in PROBES_OF_TRANSFER:
+        if all(fn(r) is None for p in ABLATION for r in runs[p].values()):
+            continue  # a probe no variant has
         order = ablation_order(runs, fn)
         text += (f" On transfer avg ({name}): " + (order.replace(" | ", ". ") if order else
-                                                    "n/a (not measured for every variant yet)"))
+                                                    "n/a (not measured for every variant)"))
     return text
 
 
@@ -325,8 +329,9 @@ def signal_claim(mix: dict, sim: dict) -> str:
     first, last = ([curve_end(r, "neg_cos", i) for r in sim.values()] for i in (0, -1))
     loss_mix, loss_sim = ([curve_mean(r, "loss") for r in g.values()] for g in (mix, sim))
     return (f"4. *Mixed negatives keep a hard-negative signal and a non-vanishing gradient.* Signal: "
-            f"{_held(bool(gap) and statistics.fmean(gap) > 0)}: over the second half of training, anchor·mixed-negative "
-            f"cosine {cell(mix_cos, 3)} vs anchor·random-negative cosine {cell(neg_mix, 3)} (gap {pm(gap, 3)}); "
+            f"{_held(bool(gap) and statistics.fmean(gap) > 0)}: over the second half of training, "
+            f"anchor·mixed-negative cosine {cell(mix_cos, 3)} vs anchor·random-negative cosine {cell(neg_mix, 3)} "
+            f"(gap {pm(gap, 3)}); "
             f"SimCSE's random-negative cosine goes {cell(first, 3)} → {cell(last, 3)} (first → last logged step). "
             f"Gradient: {_held(bool(ratio) and statistics.fmean(ratio) > 1)}: mean anchor-gradient norm (second half) "
             f"MixCSE / SimCSE = {cell(ratio, 2)}×; training loss MixCSE {cell(loss_mix, 6)} vs SimCSE "
@@ -405,12 +410,12 @@ def ablation_table(data: dict, backbone: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------- GPU seed probes
-# benchmarks/steps_probe.py on a lent GPU: STS only, many seeds (file, title); shown when the file exists.
+# benchmarks/steps_probe.py on a GPU: STS only, many seeds (file, title); shown when the file exists.
 PROBES = (("seeds_probe_gpu.json", "A: all-MiniLM-L6-v2, the table's recipe, 10 seeds"),
           ("lambda_probe_gpu.json", "A: λ, the per-pair bound and the released code's loss, 10 seeds"),
           ("seeds_probe_standin_gpu.json", "B: stand-in, the table's recipe, 10 seeds"),
           ("steps_probe_gpu.json", "A: 1,000 steps (STS-B dev every 125), 2 seeds"))
-PROBES_HEADING = "## More seeds on a lent GPU (STS only)"
+PROBES_HEADING = "## More seeds on a GPU (STS only)"
 PROBES_INTRO = ("`benchmarks/steps_probe.py` on an NVIDIA H200 (bf16 autocast, 10-12 runs at once): the CPU table's "
                 "recipes over more seeds, STS tasks only (no transfer probes), checkpoint selected on STS-B dev. A "
                 "separate experiment from the CPU table (other hardware, a 100k-sentence slice of the corpus, fp16 "
@@ -619,6 +624,16 @@ def _timing_lines(data: dict) -> list[str]:
     return lines
 
 
+def _probes_used(data: dict) -> str:
+    """The transfer probes this record has, in prose for the protocol paragraph."""
+    names = {"SentEval PyTorch probe": "SentEval's PyTorch probe, the papers' protocol",
+             "sklearn-converged": "the sklearn-converged probe"}
+    used = [names[name] for _, name, _ in transfer_probes(data)]
+    if len(used) == 2:
+        return f"with two probes: {used[0]}, and {used[1]}"
+    return f"with {used[0]} only" if used else "no transfer probe recorded"
+
+
 def _sections(heading: str, parts: dict[str, list[str]], *intro: str) -> list[str]:
     """A ``## heading`` and its intro paragraphs, then a ``### part`` (a backbone's name) per non-empty entry."""
     out = [heading, ""] + [x for line in intro for x in (line, "")]
@@ -638,8 +653,8 @@ def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] 
            "(Spearman, evaluated every `eval_steps` and at the end; among the training checkpoints, the start model "
            "excluded), then that model is evaluated once on the 7 STS "
            "tasks (Spearman ×100, 'all' for STS12-16) and the 7 transfer tasks (test accuracy ×100, logistic "
-           "regression on the same embeddings with two probes: SentEval's PyTorch probe, the papers' protocol, and "
-           "the sklearn-converged one; see docs/evaluation-protocol.md). Same seed = same data order for every "
+           f"regression on the same embeddings, {_probes_used(data)}; see docs/evaluation-protocol.md). Same seed = "
+           "same data order for every "
            "variant. Cells: mean ± sample std "
            "over seeds (n = seeds). The paper's numbers are BERT-base (a different backbone, 1 epoch on wiki1m), for "
            "orientation only.", ""]

@@ -347,17 +347,19 @@ def render(zero: dict, rows: list[dict]) -> str:
              "benchmarks/results/domain_adaptation.json; the method and the advice are in "
              "[domain-adaptation.md](domain-adaptation.md).", "",
              "Test split (300 claims, whole corpus), x100. Selected on nDCG@10 of the train claims (sub-corpus). "
-             "Differences are paired by seed: mean ± std (seeds up, down of n; one-sample t-test p). \"selection Δ at last "
-             "step\": the selection metric (train claims) at the run's last step minus the start model's, whichever "
-             "checkpoint was kept: how far training moved it (ablations also against MixCSE). \"loss at end\": the mean of the "
+             "Differences are paired by seed: mean ± std (seeds up, down of n; one-sample t-test p). "
+             "\"selection Δ at last step\": the selection metric (train claims) at the run's last step minus the "
+             "start model's, whichever checkpoint was kept: how far training moved it (ablations also against "
+             "MixCSE). \"loss at end\": the mean of the "
              f"last {LOSS_TAIL} logged training losses (each one batch's), mean ± std over seeds. \"last step's "
              "nDCG@10\": the test score of the last step's model, kept or not (runs with `--test-last` or "
              "`--test-curve`): what shipping without selection would have given.", "",
              "| backbone | zero-shot nDCG@10 | zero-shot recall@100 |", "|---|---:|---:|"]
     for backbone, z in zero.items():
         lines.append(f"| {backbone} | {z['ndcg@10']:.2f} | {z['recall@100']:.2f} |")
-    lines += ["", "| backbone | text | τ | steps | selection every | preset | seeds | nDCG@10 | vs zero-shot | vs SimCSE | recall@100 "
-              "| vs zero-shot | start model kept | selection Δ at last step | loss at end | last step's nDCG@10 (n) |",
+    lines += ["", "| backbone | text | τ | steps | selection every | preset | seeds | nDCG@10 | vs zero-shot "
+              "| vs SimCSE | recall@100 | vs zero-shot | start model kept | selection Δ at last step | loss at end "
+              "| last step's nDCG@10 (n) |",
               "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         m, sd = r["selection_change_at_last_step"]
@@ -430,7 +432,8 @@ def plot(zero: dict, runs: list[dict], path: Path) -> None:
 
 
 def report() -> None:
-    zero = {p.stem.removeprefix("zero-shot-"): json.loads(p.read_text()) for p in sorted(CACHE.glob("zero-shot-*.json"))}
+    zero = {p.stem.removeprefix("zero-shot-"): json.loads(p.read_text())
+            for p in sorted(CACHE.glob("zero-shot-*.json"))}
     runs = [json.loads(p.read_text()) for p in sorted(CACHE.glob("*/record.json"))]
     rows = summarise(zero, runs)
     write_result("domain_adaptation", json_safe({"zero_shot": zero, "summary": rows, "runs": runs,

@@ -3,7 +3,8 @@
     python benchmarks/paper_claims.py                      # the default benchmark (resumable; see below)
     python benchmarks/paper_claims.py --report-only        # docs/results.md + docs/claims_*.png from the JSON
     python benchmarks/paper_claims.py --extras             # also the λ sweep and the bound/released presets (EXTRAS)
-    python benchmarks/paper_claims.py --backbones minilm --presets simcse,mixcse:0.3 --seeds 0 --steps 50 --mode fasttest
+    python benchmarks/paper_claims.py --backbones minilm --presets simcse,mixcse:0.3 --seeds 0 --steps 50 \
+        --mode fasttest
 
     python benchmarks/paper_claims.py --precision fp32 --results benchmarks/results/paper_claims_fp32.json \
         --docs docs/claims-fp32 --backbones standin      # the fp32 table (a CPU without native bf16)

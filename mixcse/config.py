@@ -130,7 +130,8 @@ class TrainConfig:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         positive = ["batch_size", "max_seq_length", "epochs", "eval_steps", "log_steps", "eval_batch_size"]
         for name in positive + ["max_steps", "save_steps", "max_sentences", "early_stopping_patience", "num_threads",
-                                "length_buckets", "select_docs", "mini_batch_size", "inference_max_seq_length", "min_words"]:
+                                "length_buckets", "select_docs", "mini_batch_size", "inference_max_seq_length",
+                                "min_words"]:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"config key {name!r} must be >= 1, got {value}")

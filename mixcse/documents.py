@@ -24,7 +24,8 @@ record; the text is the ``text_column`` field, or by default ``text`` with ``tit
 Segments: ``line`` = each non-blank line; ``sentence`` = the sentences of each document (a title is a sentence of
 its own); ``passage`` = each document whole (the tokenizer truncates it to ``max_seq_length``). Defaults: plain text
 is read as it always was (``line``: every non-blank line, no dedupe); documents get ``sentence``, dedupe and
-``min_words`` = 4 (SciFact's segments under 4 words are section heads, "J. Mol.", "(ABSTRACT TRUNCATED)": 0.6% of segments).
+``min_words`` = 4 (SciFact's segments under 4 words are section heads, "J. Mol.", "(ABSTRACT TRUNCATED)": 0.6% of
+segments).
 Dedupe keeps the first of equal segments and remembers 16-byte BLAKE2b digests, not the strings.
 ``max_sentences`` keeps the first N segments that pass the filters and stops reading there.
 

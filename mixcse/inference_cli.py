@@ -103,7 +103,8 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=_positive_int, default=64, help="sentences per forward pass (default 64)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code from the model dir")
-    p.add_argument("--no-progress", action="store_true", help="no progress (a bar on a terminal, else a line on stderr every 30 s)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress (a bar on a terminal, else a line on stderr every 30 s)")
 
 
 def add_encode_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,8 +6,9 @@ prints a plain line at most every ``every_seconds`` and once at the end, e.g.
     train: 125/250 steps (50%), loss 0.0123, dev 74.10, 110.2 sentences/s, elapsed 1m05s, ETA 1m05s
 
 Interface: ``update(n=1, **fields)`` advances and sets the fields shown after the count (the latest value of each
-is kept); ``write(message)`` prints a result line (to stdout) that never lands on the bar; ``close()`` ends it (the non-TTY form
-prints its last line then). ``enabled=False`` makes all three silent except ``write``, which still prints.
+is kept); ``write(message)`` prints a result line (to stdout) that never lands on the bar; ``close()`` ends it
+(the non-TTY form prints its last line then). ``enabled=False`` makes all three silent except ``write``, which
+still prints.
 Usable as a context manager.
 """
 

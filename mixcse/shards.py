@@ -12,8 +12,9 @@ Interface:
     cache_root(cache_dir=None) -> Path: ``cache_dir``, else $MIXCSE_CACHE/corpus, else ~/.cache/mixcse/corpus.
 
 Layout of an entry: ``shard-NNNNN.ids`` (uint32 token ids, back to back), ``shard-NNNNN.offsets`` (int64, one more
-than the shard's sequences; both raw little-endian arrays, ``numpy.fromfile`` / ``numpy.memmap`` read them), ``rows.npy`` (kept sequence numbers, when dedupe dropped any) and ``meta.json``. An
-entry is built in a temporary folder and renamed into place when complete, so a killed build leaves no entry.
+than the shard's sequences; both raw little-endian arrays, ``numpy.fromfile`` / ``numpy.memmap`` read them),
+``rows.npy`` (kept sequence numbers, when dedupe dropped any) and ``meta.json``. An entry is built in a temporary
+folder and renamed into place when complete, so a killed build leaves no entry.
 
 Memory: reading streams (``documents.Segments``), worker processes tokenise chunks of 8,192 segments with a bounded
 number in flight, and the writer appends to the current shard; nothing grows with the corpus but the shard
@@ -278,7 +279,8 @@ def open_sharded_corpus(cfg, tokenizer, *, cache_dir: str | os.PathLike | None =
     segments = Segments(cfg.train_file, text_column=cfg.text_column, segment=cfg.segment, min_words=cfg.min_words,
                         dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
     options = {k: segments.stats[k] for k in ("format", "segment", "min_words", "dedupe")}
-    key_parts = {"version": FORMAT_VERSION, "file": file_digest(segments.path), "tokenizer": tokenizer_digest(tokenizer),
+    key_parts = {"version": FORMAT_VERSION, "file": file_digest(segments.path),
+                 "tokenizer": tokenizer_digest(tokenizer),
                  "max_seq_length": cfg.max_seq_length, "text_column": cfg.text_column,
                  "max_sentences": cfg.max_sentences, **options}
     key = hashlib.blake2b(json.dumps(key_parts, sort_keys=True).encode(), digest_size=12).hexdigest()

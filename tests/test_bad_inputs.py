@@ -93,7 +93,8 @@ CASES = [
     ("encode {model} --input {tmp}/corrupt.gz --output {out}/e.npy", "Error -3 while decompressing"),
     ("encode {model} --input {tmp}/missing.txt --output {out}/e.npy", "input file not found"),
     ("encode {model} --input {tmp}/empty.txt --output {out}/e.npy", "has no sentences"),
-    ("encode {model} --input {tmp}/binary.yaml --output {out}/e.npy", "not a text file (NUL byte)"),  # the one reader checks NUL first
+    # the one reader checks NUL first
+    ("encode {model} --input {tmp}/binary.yaml --output {out}/e.npy", "not a text file (NUL byte)"),
     ("encode {model} --input {corpus} --output {out}/e.txt", "--output must end in .npy or .safetensors"),
     ("encode {model} --input {corpus} --output {tmp}/existing.npy", "exists; pass --overwrite"),
     ("encode {model} --input {corpus} --output {tmp}/empty.txt/e.npy", "is a file, not a folder"),

@@ -228,3 +228,14 @@ def test_both_transfer_probes_are_judged_and_tabled_side_by_side():
     del next(r for r in half["runs"] if r["preset"] == "mixcse" and r["seed"] == 2)[claims_report.PYTORCH_FIELD]
     row = next(x for x in claims_report.ablation_table(half, "minilm") if x.startswith("| MixCSE |"))
     assert "| 82.20 ± 0.14 (n=2) |" in row
+
+
+def test_a_probe_no_run_has_is_left_out_of_the_verdicts_and_the_protocol():
+    data = synthetic_results()  # sklearn-converged only, as the recorded bf16 table
+    claim = next(x for x in claims_report.verdicts(data, "minilm") if x.startswith("1."))
+    assert "Transfer avg, sklearn-converged:" in claim and "PyTorch probe" not in claim
+    assert "with the sklearn-converged probe only" in claims_report.render(data, [])
+    data["runs"][0][claims_report.PYTORCH_FIELD] = {t: 82.0 for t in claims_report.TRANSFER_TASKS} | {"avg": 82.0}
+    claim = next(x for x in claims_report.verdicts(data, "minilm") if x.startswith("1."))
+    assert "Transfer avg, SentEval PyTorch probe:" in claim  # one run has it: shown (n/a where unpaired)
+    assert "with two probes: SentEval's PyTorch probe" in claims_report.render(data, [])

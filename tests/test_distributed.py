@@ -109,5 +109,7 @@ def test_ddp_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, syntheti
         assert torch.equal(tensor, b["model"][name]), name
     for k, v in a["optimizer"]["state"].items():
         assert torch.equal(v["exp_avg_sq"], b["optimizer"]["state"][k]["exp_avg_sq"]), k
-    losses = lambda p: [json.loads(line)["loss"] for line in (p / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+
+    def losses(p):
+        return [json.loads(line)["loss"] for line in (p / "metrics.jsonl").read_text().splitlines()]
     assert losses(full) == losses(killed)  # every step logged once, with the same loss

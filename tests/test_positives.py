@@ -22,7 +22,8 @@ from mixcse.step import PlainStep
 from conftest import FILLER, TOPICS, make_tiny_bert
 
 DOCS = [
-    {"_id": "1", "title": "Cells divide very often", "text": "The first sentence is here. A second one follows it. Tiny."},
+    {"_id": "1", "title": "Cells divide very often",
+     "text": "The first sentence is here. A second one follows it. Tiny."},
     {"_id": "2", "title": "", "text": "Another document starts now. It ends with this sentence."},
     {"_id": "3", "title": "Cells divide very often", "text": "The first sentence is here. Then a new second sentence."},
 ]

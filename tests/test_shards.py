@@ -67,7 +67,8 @@ def test_on_disk_serves_the_in_memory_batches(tmp_path, synthetic_data, document
     assert line_on_disk.split("; tokenised")[0] == line_memory.split("; tokenised")[0]
     assert_same_corpus(on_disk, memory, n=len(memory) // 16)
     entry = on_disk.directory
-    assert len(list(entry.glob("shard-*.ids"))) == -(-on_disk.stats["tokens"]["sequences"] // 100) or kind == "documents"
+    expected_shards = -(-on_disk.stats["tokens"]["sequences"] // 100)
+    assert len(list(entry.glob("shard-*.ids"))) == expected_shards or kind == "documents"
     if kind == "documents":
         assert on_disk.stats["text"]["dropped_duplicates"] > 0 and (entry / "rows.npy").exists()
 

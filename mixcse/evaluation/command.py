@@ -34,8 +34,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                           "with mixcse.json) gets the results added to its model card README.md and mixcse.json.")
     parser.add_argument("model", help="mixcse output dir, sentence-transformers dir, or HF model path/name")
     parser.add_argument("--tasks", default="all",
-                        help="comma-separated: all | sts | transfer | analysis | task names (STS12 ... SICKRelatedness, "
-                             "MR, CR, SUBJ, MPQA, SST2, TREC, MRPC); default: all")
+                        help="comma-separated: all | sts | transfer | analysis | task names (STS12 ... "
+                             "SICKRelatedness, MR, CR, SUBJ, MPQA, SST2, TREC, MRPC); default: all")
     parser.add_argument("--mode", choices=("test", "fasttest"), default="test",
                         help="test: 10-fold CV, full grids (the published protocol); fasttest: 5 folds, smaller grids")
     parser.add_argument("--pooler", default=None, help="pooler for a plain HF model (e.g. cls, cls_before_pooler, avg)")
@@ -53,8 +53,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--batch-size", type=int, default=64, help="encoding batch size (default 64)")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                         help="bf16: encode under bfloat16 autocast, ~2x faster on CPUs with AVX512-BF16/AMX and on "
-                             "GPUs; STS moves by ~0.01, a transfer probe's choice of L2 can flip (MRPC -0.87 measured): "
-                             "for quick looks, not for tables (docs/evaluation.md); model cards keep fp32 results only")
+                             "GPUs; STS moves by ~0.01, a transfer probe's choice of L2 can flip (MRPC -0.87 "
+                             "measured): for quick looks, not for tables (docs/evaluation.md); model cards keep fp32 "
+                             "results only")
     parser.add_argument("--retrieval-data", default=None,
                         help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) for --tasks retrieval")
     parser.add_argument("--split", default="test", help="qrels split for the retrieval task (default test)")

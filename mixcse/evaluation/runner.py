@@ -117,8 +117,8 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
     """Run the SentEval protocol (see the package docstring) and return the results dict (x100 scale).
 
     `encoder`: an object with `.encode(list[str], batch_size=...)`, a callable `list[str] -> array`, or a
-    model path (loaded with `SentenceEncoder.load(path, pooler=pooler, precision=precision)`). `classifier`: the transfer probe,
-    "senteval-pytorch" (SentEval's PyTorch probe, the papers' protocol) or "sklearn-converged" (see
+    model path (loaded with `SentenceEncoder.load(path, pooler=pooler, precision=precision)`). `classifier`: the
+    transfer probe, "senteval-pytorch" (SentEval's PyTorch probe, the papers' protocol) or "sklearn-converged" (see
     `classifiers`). `workers > 1` runs the transfer probes
     (single-threaded, ~90% of a full evaluation's CPU time) in that many processes; each task is computed exactly
     as in one process, so the results are the same. The "retrieval" task reads the BEIR folder `retrieval_data`
