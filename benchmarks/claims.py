@@ -508,9 +508,9 @@ def spec_of(record: dict) -> Spec:
 
 
 def recorded_config(record: dict) -> dict:
-    """The run's recorded config, less keys mixcse no longer has: `eval_at_start` (an STS-B dev score at step 0)
-    became the rule that the start model is always a selection candidate, which changes no recorded run (none
-    kept its start model)."""
+    """The run's recorded config, less keys TrainConfig does not have: `eval_at_start` (an STS-B dev score at step
+    0; mixcse always scores the start model, as a selection candidate, which changes no recorded run: none kept
+    its start model)."""
     from dataclasses import fields
 
     from mixcse.config import TrainConfig

@@ -21,7 +21,7 @@ import math
 import statistics
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -29,6 +29,7 @@ from claims import (FIRST, PAPER_PRESETS, PRESET_LAM, PYTORCH_FIELD, RESULTS_JSO
                     parse_variant)
 from common import REPO
 
+from mixcse.config import TrainConfig
 from mixcse.losses import PRESETS
 from mixcse.tables import STS_TASKS, TRANSFER_TASKS, markdown_table, number
 from mixcse.tables import label as task_label
@@ -86,6 +87,20 @@ def pm(xs, digits: int = 2) -> str:
 
 def _held(ok: bool | None) -> str:
     return "n/a (not measured)" if ok is None else ("**held**" if ok else "**did not hold**")
+
+
+def _direction(diffs: list[float], sign: int = 1) -> bool | None:
+    """True when the mean per-seed difference has ``sign`` beyond two standard errors of 0, False when it has the
+    other sign beyond them, None within them (noise). A single seed has no error to judge: its sign decides."""
+    m, s, n = mean_std(diffs)
+    if s is not None and abs(m) < 2 * s / math.sqrt(n):
+        return None
+    return sign * m > 0
+
+
+def _verdict(direction: bool | None) -> str:
+    """A judged difference: **held**, **did not hold**, or within noise (_direction's None), which shows nothing."""
+    return "**not shown** (within noise)" if direction is None else _held(direction)
 
 
 def _wins(diffs: list[float], positive_is_good: bool = True) -> str:
@@ -189,9 +204,10 @@ def curve_end(r: dict, key: str, index: int) -> float | None:
 # -------------------------------------------------------------------------------------------- claims as data
 @dataclass(frozen=True)
 class Paired:
-    """A claim's check: ``metric`` of variant a minus b's, per seed; held when the mean difference has ``sign``.
-    ``means``: unit after each side's mean (None: not shown); ``wins``: seeds agreeing + t-test; ``judged``: say
-    held or not; ``relative``: the difference as a share of b's mean; ``paper``: the paper's difference."""
+    """A claim's check: ``metric`` of variant a minus b's, per seed; held when the mean difference has ``sign``
+    beyond two standard errors of 0, not shown within them (_direction). ``means``: unit after each side's mean
+    (None: not shown); ``wins``: seeds agreeing + t-test; ``judged``: give a verdict; ``relative``: the difference
+    as a share of b's mean; ``paper``: the paper's difference."""
 
     label: str
     metric: Callable[[dict], float | None]
@@ -210,7 +226,8 @@ def compare(check: Paired, a: dict[int, dict], b: dict[int, dict], names: tuple[
     """One check in prose: "label: **held**, +0.17 ± 0.06 (n=3) points; better on 3/3 seeds, ... (a x vs b y)"."""
     diffs = paired(a, b, check.metric)
     mean = statistics.fmean(diffs) if diffs else None
-    text = check.label + (f": {_held(None if mean is None else check.sign * mean > 0)}," if check.judged else "")
+    verdict = _held(None) if mean is None else _verdict(_direction(diffs, check.sign))
+    text = check.label + (f": {verdict}," if check.judged else "")
     text += f" {pm(diffs, check.digits)}{check.unit}" + (_wins(diffs, check.sign > 0) if check.wins else "")
     if check.means is not None:
         text += (f" ({names[0]} {cell([check.metric(r) for r in a.values()])}{check.means} vs "
@@ -276,24 +293,26 @@ def variance_claim(mix: dict, sim: dict) -> str:
 
 
 def ablation_order(runs: dict[str, dict[int, dict]], metric) -> str | None:
-    """The order full > single > wo-sg on ``metric``, judged on the paired differences where seeds overlap, else on
-    the means: "**held**: a / b / c (n = ...); full − single ...; single − wo-sg ... | full > single: ...", or None
-    while a variant has no value."""
+    """The order full > single > wo-sg on ``metric``, judged on the paired differences where seeds overlap
+    (_direction: a step within noise is not shown), else on the means: "**held**: a / b / c (n = ...); full − single
+    ...; single − wo-sg ... | full > single: ...", or None while a variant has no value. The order holds when both
+    steps hold, fails when either goes the other way beyond noise, and is not shown otherwise."""
     full, single, wosg = ABLATION
     means = {p: mean_std([metric(r) for r in runs[p].values()]) for p in ABLATION}
     if any(m[0] is None for m in means.values()):
         return None
 
-    def ahead(a: str, b: str) -> bool:
+    def ahead(a: str, b: str) -> bool | None:
         diffs = paired(runs[a], runs[b], metric)
-        return statistics.fmean(diffs) > 0 if diffs else means[a][0] > means[b][0]
+        return _direction(diffs) if diffs else means[a][0] > means[b][0]
 
     fs, sw, fw = ahead(full, single), ahead(single, wosg), ahead(full, wosg)
+    order = False if False in (fs, sw) else (True if fs and sw else None)
     steps = "; ".join(compare(Paired(label, metric, judged=False), runs[a], runs[b])
                       for label, a, b in (("full − single", full, single), ("single − wo-sg", single, wosg)))
-    return (f"{_held(fs and sw)}: {' / '.join(f'{m[0]:.2f}' for m in means.values())} "
-            f"(n = {' / '.join(str(m[2]) for m in means.values())}); {steps} | full > single: {_held(fs)}; "
-            f"single > wo-sg: {_held(sw)}; full > wo-sg: {_held(fw)}.")
+    return (f"{_verdict(order)}: {' / '.join(f'{m[0]:.2f}' for m in means.values())} "
+            f"(n = {' / '.join(str(m[2]) for m in means.values())}); {steps} | full > single: {_verdict(fs)}; "
+            f"single > wo-sg: {_verdict(sw)}; full > wo-sg: {_verdict(fw)}.")
 
 
 def ablation_claim(runs: dict[str, dict[int, dict]]) -> str:
@@ -344,7 +363,8 @@ def verdicts(data: dict, backbone: str) -> list[str]:
         return [f"- no SimCSE/MixCSE runs of {backbone} recorded yet"]
     runs = {p: by_seed(data["runs"], backbone, p, sm) for p in PAPER_PRESETS}
     return [f"Runs compared: {sm[0]} steps, mode {sm[1]}; differences are MixCSE − SimCSE paired by seed "
-            f"(mean ± std of the per-seed differences, n = seeds with both).",
+            f"(mean ± std of the per-seed differences, n = seeds with both); a difference within 2 standard errors "
+            f"of 0 is noise: the claim is then **not shown** either way.",
             render_claim(1, runs), variance_claim(runs["mixcse"], runs["simcse"]), ablation_claim(runs),
             signal_claim(runs["mixcse"], runs["simcse"]), render_claim(5, runs)]
 
@@ -643,6 +663,14 @@ def _sections(heading: str, parts: dict[str, list[str]], *intro: str) -> list[st
     return out
 
 
+def config_keys(settings: dict) -> dict:
+    """A record's backbone settings as today's config keys: its `steps` is `max_steps`; a key mixcse no longer has
+    (`eval_at_start`, now the rule that the start model is always a candidate) is left out."""
+    known = {f.name for f in fields(TrainConfig)}
+    renamed = {("max_steps" if k == "steps" else k): v for k, v in settings.items()}
+    return {k: v for k, v in renamed.items() if k in known}
+
+
 def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] = (),
            source: Path = RESULTS_JSON) -> str:
     name = source.relative_to(REPO) if source.resolve().is_relative_to(REPO) else source
@@ -650,12 +678,11 @@ def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] 
            f"Generated by `python benchmarks/paper_claims.py --report-only` from `{name}`"
            + (" and the GPU probe files beside it" if probes else "") + "; do not edit by hand.", "",
            "Protocol: each (backbone, variant, seed) trains once; the checkpoint is selected on STS-B dev only "
-           "(Spearman, evaluated every `eval_steps` and at the end; among the training checkpoints, the start model "
-           "excluded), then that model is evaluated once on the 7 STS "
-           "tasks (Spearman ×100, 'all' for STS12-16) and the 7 transfer tasks (test accuracy ×100, logistic "
-           f"regression on the same embeddings, {_probes_used(data)}; see docs/evaluation-protocol.md). Same seed = "
-           "same data order for every "
-           "variant. Cells: mean ± sample std "
+           "(Spearman, evaluated every `eval_steps` and at the end; among the training checkpoints: the start model "
+           "is excluded here, as in the papers, while `mixcse train` also weighs it), then that model is evaluated "
+           "once on the 7 STS tasks (Spearman ×100, 'all' for STS12-16) and the 7 transfer tasks (test accuracy "
+           f"×100, logistic regression on the same embeddings, {_probes_used(data)}; see "
+           "docs/evaluation-protocol.md). Same seed = same data order for every variant. Cells: mean ± sample std "
            "over seeds (n = seeds). The paper's numbers are BERT-base (a different backbone, 1 epoch on wiki1m), for "
            "orientation only.", ""]
     if any(r.get("eval_precision", "fp32") == "bf16" for r in data["runs"]):
@@ -666,8 +693,9 @@ def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] 
     settings = (data.get("settings") or {}).get("backbones") or {}
     if settings:
         ran = {r["backbone"] for r in data["runs"]}
-        out += ["Settings:", ""] + [f"- **{bb}**: " + ", ".join(f"{k} {v}" for k, v in cfg.items())
-                                    for bb, cfg in settings.items() if bb in ran] + [""]
+        out += ["Settings (config keys):", ""] + [f"- **{bb}**: " + ", ".join(f"{k} {v}" for k, v in
+                                                                          config_keys(cfg).items())
+                                                  for bb, cfg in settings.items() if bb in ran] + [""]
     backbones = [b for b in ("minilm", "standin") if any(x.get("backbone") == b
                                                          for x in data["runs"] + data["baselines"])]
     out += _sections("## Claim-by-claim verdicts", {bb: verdicts(data, bb) for bb in backbones})

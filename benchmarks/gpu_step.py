@@ -5,7 +5,7 @@ hidden 768, 12 heads, vocab 30522; random weights) inside ``mixcse.model.Encoder
 (``cls`` + MLP head); the batch is random token ids ([CLS] ... [SEP], no tokenizer), length 32, two dropout views.
 A step is the trainer's (``mixcse.step.make_step``, one forward pass): bf16 autocast forward,
 ``mixcse.losses.contrastive_loss`` (fp32), backward, grad-norm clip, AdamW (``torch.optim.AdamW`` as the trainer builds
-it), zero_grad. SimCSE and MixCSE alternate in blocks of steps after a warm-up; per configuration we report the
+it), zero_grad. SimCSE and MixCSE alternate in blocks of steps after a warm-up; per configuration the report gives the
 median block's steps/s. With ``--compile`` the same two steps built with ``compile: true`` (``torch.compile`` with
 static shapes; CUDA graphs on CUDA) join the alternation, so eager and compiled are timed side by side.
 

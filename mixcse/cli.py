@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .inference_cli import add_encode_arguments, add_search_arguments, run_encode, run_search
 
     for name, help_text, add_arguments, run in (
-            ("eval", "SentEval protocol: STS, transfer, analysis", add_eval_arguments, run_eval),
+            ("eval", "SentEval protocol (STS, transfer, analysis) and retrieval", add_eval_arguments, run_eval),
             ("data", "download benchmark data and the training corpus", add_data_arguments, run_data),
             ("encode", "embed a file of sentences", add_encode_arguments, run_encode),
             ("search", "exact cosine search over a corpus", add_search_arguments, run_search)):

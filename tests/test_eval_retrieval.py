@@ -27,7 +27,7 @@ def bag_of_words(texts: list[str]) -> np.ndarray:
 # Document vectors (apple, banana, cherry, date) after "title text":
 #   d1 "Apple apple banana" (2,1,0,0)  d2 "banana" (0,1,0,0)  q1 "cherry apple" (1,0,1,0)
 #   d4 "date" (0,0,0,1)                d5 "cherry cherry banana" (0,1,2,0)
-# The third document's id is "q1", like the first query's: MTEB keeps such a document, and so must we.
+# The third document's id is "q1", like the first query's: MTEB keeps such a document, and so must mixcse.
 CORPUS = [{"_id": "d1", "title": "Apple", "text": "apple banana"}, {"_id": "d2", "text": "banana"},
           {"_id": "q1", "title": "", "text": "cherry apple"}, {"_id": "d4", "title": None, "text": "date"},
           {"_id": "d5", "title": "", "text": "cherry cherry banana"}]

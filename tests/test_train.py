@@ -61,7 +61,7 @@ def test_existing_output_dir_is_protected(tiny_bert, synthetic_data, tmp_path):
         mixcse.train(tiny_config(tiny_bert, synthetic_data, out))
     assert (out / "precious.txt").read_text() == "keep me" and len(list(out.iterdir())) == 1
     mixcse.train(tiny_config(tiny_bert, synthetic_data, out, max_steps=2, eval_steps=2), overwrite=True)
-    assert (out / "best").is_dir() and (out / "precious.txt").exists()  # --overwrite replaces only our outputs
+    assert (out / "best").is_dir() and (out / "precious.txt").exists()  # --overwrite replaces only mixcse's outputs
 
 
 def _weights(path):

@@ -30,12 +30,14 @@ def _error(msg: str) -> int:
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.description = ("Evaluate a sentence encoder with the SentEval protocol. A mixcse model directory (one "
-                          "with mixcse.json) gets the results added to its model card README.md and mixcse.json.")
+    parser.description = ("Evaluate a sentence encoder with the SentEval protocol, or on a retrieval set (BEIR "
+                          "layout). A mixcse model directory (one with mixcse.json) gets the results added to its "
+                          "model card README.md and mixcse.json.")
     parser.add_argument("model", help="mixcse output dir, sentence-transformers dir, or HF model path/name")
     parser.add_argument("--tasks", default="all",
                         help="comma-separated: all | sts | transfer | analysis | task names (STS12 ... "
-                             "SICKRelatedness, MR, CR, SUBJ, MPQA, SST2, TREC, MRPC); default: all")
+                             "SICKRelatedness, MR, CR, SUBJ, MPQA, SST2, TREC, MRPC) | retrieval (needs "
+                             "--retrieval-data; not part of all); default: all")
     parser.add_argument("--mode", choices=("test", "fasttest"), default="test",
                         help="test: 10-fold CV, full grids (the published protocol); fasttest: 5 folds, smaller grids")
     parser.add_argument("--pooler", default=None, help="pooler for a plain HF model (e.g. cls, cls_before_pooler, avg)")
@@ -106,7 +108,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.precision == "fp32":
         _update_card(args.model, results)
     if output is not None:
-        if output.exists() and not args.overwrite:  # appeared while we were running
+        if output.exists() and not args.overwrite:  # appeared during the evaluation
             return _error(f"{output} exists; pass --overwrite to replace it")
         atomic_write_json(output, to_jsonable(results))
         print(f"\nwrote {output}")
