@@ -39,6 +39,14 @@ def unwritable_reason(path: str | os.PathLike) -> str | None:
     return None
 
 
+def _fsync(path: str | os.PathLike) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
@@ -48,7 +56,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield Path(tmp)
         os.chmod(tmp, normal_file_mode())
+        _fsync(tmp)  # the data reaches the disk before the name does: a crash leaves the old file or the new one
         os.replace(tmp, path)
+        _fsync(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -247,8 +247,10 @@ class ShardedCorpus:
         self.directory, self.pad_id = directory, pad_id
         self.stats = {"text": meta["text"], "tokens": meta["tokens"]}
         shards = range(meta["shards"])
-        self._ids = [os.open(directory / f"shard-{i:05d}.ids", os.O_RDONLY) for i in shards]
-        self._offsets = [os.open(directory / f"shard-{i:05d}.offsets", os.O_RDONLY) for i in shards]
+        self._ids, self._offsets = [], []  # one by one: after a failed open, __del__ closes the opened ones
+        for i in shards:
+            self._ids.append(os.open(directory / f"shard-{i:05d}.ids", os.O_RDONLY))
+            self._offsets.append(os.open(directory / f"shard-{i:05d}.offsets", os.O_RDONLY))
         sizes = [os.fstat(fd).st_size // 8 - 1 for fd in self._offsets]
         self._starts = np.cumsum([0] + sizes)
         rows = directory / "rows.npy"

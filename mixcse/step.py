@@ -12,7 +12,8 @@ when to read ``result``. The learning-rate schedule stays with the caller.
 
 ``StepResult.loss`` is the ``LossOutput`` with every tensor detached; ``StepResult.embedding_grad`` is the gradient
 of the loss with respect to this rank's pooled embeddings (2N x d, view 1 rows then view 2 rows), unscaled by any
-loss scaler; ``StepResult.anchor_grad_norm()`` reduces it to the logged figure.
+loss scaler and, under DDP, times the world size (each rank back-propagates world_size x the loss, which DDP
+averages); ``StepResult.anchor_grad_norm()`` reduces it to the logged figure.
 
 ``mark(name)``, when given, is called after each phase ("forward", "loss", "backward", "clip", "optimizer",
 "zero_grad") so that a profiler can time them.
@@ -44,11 +45,12 @@ LOSS_BLOCK_ENTRIES = 2**22
 @dataclass
 class StepResult:
     loss: LossOutput  # detached
-    embedding_grad: torch.Tensor  # d loss / d pooled embeddings of this rank's 2N rows, not multiplied by a scale
+    embedding_grad: torch.Tensor  # world_size x d loss / d pooled embeddings of this rank's 2N rows, no loss scale
 
     def anchor_grad_norm(self) -> torch.Tensor:
-        """Mean over anchors of the gradient norm at each embedding, times N: undoes the loss's 1/N mean, so the
-        figure does not shrink with the batch size."""
+        """Mean over anchors of the gradient norm at each embedding, times the global N: undoes the loss's 1/N mean,
+        so the figure does not shrink with the batch size (under DDP the world-size factor of ``embedding_grad``
+        times this rank's N is the global N)."""
         n = self.embedding_grad.shape[0] // 2
         return self.embedding_grad.float().norm(dim=-1).mean() * n
 
@@ -208,8 +210,9 @@ class CachedStep(_StepBase):
             for rows in chunks:
                 snapshots.append(rng_snapshot(device))
                 pooled = self.model(self._chunk_views(batch, rows), length_buckets=self.length_buckets)
-                first.append(pooled[:k])
-                second.append(pooled[k:])
+                # copies: a compiled model under CUDA graphs reuses its output memory on the next chunk's call
+                first.append(pooled[:k].clone())
+                second.append(pooled[k:].clone())
         after_embedding = rng_snapshot(device)
         mark("forward")
         out, grad1, grad2 = self._blocked_loss(torch.cat(first), torch.cat(second))

@@ -245,6 +245,14 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         patience = cfg.early_stopping_patience
         return step > 0 and patience is not None and state["bad_evals"] >= patience
 
+    def finite_loss(result, step: int) -> float:
+        """The step's loss as a float (a host sync); a non-finite one stops the run before anything is saved."""
+        value = result.loss.loss.item()
+        if not math.isfinite(value):
+            raise MixCSEError(f"non-finite loss ({value}) at step {step}; lower the learning rate or use precision "
+                              f"fp32")
+        return value
+
     encoder.train()
     if state["step"] == 0 and selector is not None:
         select(0)  # the start model is a candidate: a run never ships a model worse than the one it started from
@@ -266,10 +274,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
 
         if step % cfg.log_steps == 0 or step == total_steps:  # the only host syncs of the loop
             out_loss = result.loss
-            loss_value = out_loss.loss.item()
-            if not math.isfinite(loss_value):
-                raise MixCSEError(f"non-finite loss ({loss_value}) at step {step}; lower the learning rate or "
-                                  f"use precision fp32")
+            loss_value = finite_loss(result, step)
             now = time.perf_counter()
             record = {"step": step, "loss": loss_value, "simcse_loss": out_loss.simcse_loss.item(),
                       "lr": scheduler.get_last_lr()[0],
@@ -284,6 +289,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         if selector is not None and (step % cfg.eval_steps == 0 or step == total_steps):
             stop = select(step)
         if step % save_steps == 0 or step == total_steps or stop or state["best_step"] == step:
+            finite_loss(result, step)  # between log steps too: a diverged model never replaces the last checkpoint
             save()  # also when best/ changed, so that a resumed run's record always matches best/
     bar.close()
     trackers.close()

@@ -63,3 +63,18 @@ def test_saved_embeddings_have_the_normal_mode(umask_022, tmp_path):
     for name in ("e.npy", "e.safetensors"):
         save_embeddings(tmp_path / name, np.zeros((2, 3), dtype=np.float32))
         assert _mode(tmp_path / name) == 0o644
+
+
+def test_the_data_reaches_the_disk_before_the_name_replaces_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "state.txt"
+    target.write_text("old")
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+                        or real_fsync(fd))
+    monkeypatch.setattr(os, "replace", lambda a, b: events.append(("replace", str(b))) or real_replace(a, b))
+    atomic_write_text(target, "new")
+    assert target.read_text() == "new"
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["fsync", "replace", "fsync"]
+    assert events[0][1].startswith(str(tmp_path / ".state.txt.")) and events[2][1] == str(tmp_path)

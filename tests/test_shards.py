@@ -131,3 +131,24 @@ def test_batch_plan_order_is_numpys_permutation():
     plan = BatchPlan(1000, 10, seed=4)
     assert np.array_equal(plan.order(1), np.random.default_rng([4, 1]).permutation(1000))
     assert plan.order(0).dtype == np.int32
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc/self/fd (Linux)")
+def test_an_entry_with_a_missing_shard_file_fails_without_leaking_descriptors(tmp_path, synthetic_data, tokenizer,
+                                                                              monkeypatch):
+    import gc
+    import os
+    import shutil
+
+    monkeypatch.setattr(shards, "SHARD_SEQUENCES", 64)  # several shards from the small corpus
+    built, _ = open_corpus(config(synthetic_data["corpus"], tmp_path, corpus="disk"), tokenizer, progress=False)
+    entry = tmp_path / "entry"
+    shutil.copytree(built.directory, entry)
+    del built
+    (entry / "shard-00002.ids").unlink()
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(FileNotFoundError):
+        shards.ShardedCorpus(entry)
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before

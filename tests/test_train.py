@@ -10,7 +10,7 @@ import torch
 import yaml
 
 import mixcse
-from mixcse import step, trainer
+from mixcse import rundir, step, trainer
 from mixcse.cli import main
 from mixcse.encoder import SentenceEncoder
 from mixcse.evaluation.selection import Selection, StsbDevSelector
@@ -134,6 +134,27 @@ def test_non_finite_loss_stops_with_a_clear_error(tiny_bert, synthetic_data, tmp
     recipe.write_text(yaml.safe_dump(tiny_config(tiny_bert, synthetic_data, tmp_path / "out")))
     code, err = run_cli(["train", str(recipe)], capsys)
     assert code == 2 and len(err) == 1 and "non-finite loss" in err[0]
+
+
+def test_a_loss_gone_non_finite_between_log_steps_never_replaces_the_checkpoint(tiny_bert, synthetic_data,
+                                                                                 tmp_path, monkeypatch):
+    real_loss, calls = step.contrastive_loss, []
+
+    def nan_from_step_3(*args, **kwargs):
+        out = real_loss(*args, **kwargs)
+        calls.append(1)
+        if len(calls) >= 3:
+            out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(step, "contrastive_loss", nan_from_step_3)
+    out = tmp_path / "out"  # checkpoints at steps 2 and 4, a log line only at 8: the NaN of step 3 shows at 4
+    cfg = tiny_config(tiny_bert, synthetic_data, out, log_steps=8, save_steps=2, eval_steps=8)
+    with pytest.raises(mixcse.MixCSEError, match="non-finite loss .* at step 4"):
+        mixcse.train(cfg)
+    saved = rundir.load_checkpoint(rundir.checkpoint_path(out))
+    assert saved["state"]["step"] == 2
+    assert all(torch.isfinite(v).all() for v in saved["model"].values() if v.is_floating_point())
 
 
 def test_fp16_on_cpu_is_a_clear_error(tiny_bert, synthetic_data, tmp_path):
