@@ -106,15 +106,21 @@ def test_extras_are_paired_with_mixcse_at_the_default_lambda():
     assert claims_report.extras_lines({**data, "runs": mix}, "minilm") == []
 
 
-def test_ablation_order_is_judged_on_seeds_both_have():
+def with_ablation_runs(avgs: dict[str, dict[int, float]]) -> dict:
+    """synthetic_results() plus single / wo-sg runs copied from MixCSE's, with the given STS avg per seed."""
     data = synthetic_results()  # MixCSE STS avg 79.5 / 79.4 / 79.6 on seeds 0 / 1 / 2 (mean 79.5)
     template = next(r for r in data["runs"] if r["preset"] == "mixcse")
-    for preset, avgs in (("mixcse-single", {0: 79.48, 2: 79.58}), ("mixcse-wo-sg", {0: 79.3, 2: 79.4})):
-        for seed, avg in avgs.items():
+    for preset, by_seed in avgs.items():
+        for seed, avg in by_seed.items():
             r = copy.deepcopy(template)
             r.update(preset=preset, seed=seed)
             r["sts"]["avg"] = avg
             data["runs"].append(r)
+    return data
+
+
+def test_ablation_order_is_judged_on_seeds_both_have():
+    data = with_ablation_runs({"mixcse-single": {0: 79.48, 2: 79.58}, "mixcse-wo-sg": {0: 79.3, 2: 79.4}})
     line = next(x for x in claims_report.verdicts(data, "minilm") if x.startswith("3."))
     # single's mean (79.53) is above full's (79.50), but on the seeds both ran full is ahead by 0.02 each time
     assert "full − single +0.02 ± 0.00 (n=2)" in line and "full > single: **held**" in line
@@ -122,15 +128,9 @@ def test_ablation_order_is_judged_on_seeds_both_have():
 
 
 def test_an_ablation_step_within_noise_is_not_shown_and_one_beyond_it_against_the_order_fails():
-    data = synthetic_results()  # MixCSE STS avg 79.5 / 79.4 / 79.6 on seeds 0 / 1 / 2
-    template = next(r for r in data["runs"] if r["preset"] == "mixcse")
     # full − single: +0.1 / −0.1 / +0.1 (within noise); single − wo-sg: −0.2 on every seed (beyond it)
-    for preset, avgs in (("mixcse-single", [79.4, 79.5, 79.5]), ("mixcse-wo-sg", [79.6, 79.7, 79.7])):
-        for seed, avg in enumerate(avgs):
-            r = copy.deepcopy(template)
-            r.update(preset=preset, seed=seed)
-            r["sts"]["avg"] = avg
-            data["runs"].append(r)
+    data = with_ablation_runs({"mixcse-single": {0: 79.4, 1: 79.5, 2: 79.5},
+                               "mixcse-wo-sg": {0: 79.6, 1: 79.7, 2: 79.7}})
     line = next(x for x in claims_report.verdicts(data, "minilm") if x.startswith("3."))
     assert "full > single: **not shown** (within noise)" in line and "single > wo-sg: **did not hold**" in line
     assert ".* **did not hold**: 79.50 / 79.47 / 79.67" in line
