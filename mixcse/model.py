@@ -11,6 +11,7 @@ from torch import nn
 from .errors import MixCSEError
 from . import formats
 from .formats import LAYER_POOLERS
+from .hub import resolve_model
 
 # cls: [CLS] + MLP head (SimCSE/MixCSE training pooler); cls_before_pooler: raw [CLS];
 # avg: mean of the last layer; avg_first_last: mean of (first transformer layer + last) / 2 - layer 1, not the
@@ -168,6 +169,7 @@ def load_encoder(
     model defaults to ``cls_before_pooler``. Returns (encoder, tokenizer, info) where info holds what the directory
     said (``pooler``, ``max_seq_length``).
     """
+    name_or_path = resolve_model(name_or_path)
     info = formats.read_model_dir(name_or_path) if os.path.isdir(name_or_path) else formats.ModelDirInfo(name_or_path)
     backbone, tokenizer = load_backbone(info.backbone_path, trust_remote_code=trust_remote_code)
     chosen = pooler or info.pooler or "cls_before_pooler"

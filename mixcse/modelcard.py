@@ -191,8 +191,15 @@ def _eval_section(eval_results: dict) -> list[str]:
                                 [[number(retrieval.get(k)) for k in ("ndcg@10", "map@10", "mrr@10", "recall@100")]],
                                 centred=True)
         lines.append("")
+    pairs = eval_results.get("pairs")
+    if isinstance(pairs, dict) and pairs:
+        from .evaluation.pairs import format_pairs_table
+
+        lines += ["Labelled pairs: x100 of cosine similarities; AP (average precision), accuracy and F1 at the best "
+                  "thresholds for 0/1 labels, Spearman for graded labels.", ""]
+        lines += format_pairs_table(pairs) + [""]
     if len(lines) == 2:
-        lines += ["No STS, transfer or retrieval results were recorded.", ""]
+        lines += ["No STS, transfer, retrieval or pair results were recorded.", ""]
     return lines
 
 

@@ -23,6 +23,7 @@ from .config import TrainConfig, build_config
 from .data import BatchPlan, CorpusLoader
 from .encoder import SentenceEncoder
 from .errors import ConfigError, MixCSEError
+from .evaluation.pairs import HeldOutPairs
 from .evaluation.selection import better, build_selector
 from .fast_dropout import use_fast_dropout
 from .model import load_encoder
@@ -43,6 +44,7 @@ class TrainResult:
     sentences_per_second: float
     select_metric: str | None = None  # the selector's name (e.g. "stsb_dev"); None when nothing selected
     is_main: bool = True  # False on the other ranks of a distributed run, whose step counters are not the run's
+    test_pairs: dict | None = None  # {file name: {metric, start, best}} for the config's test_pairs
 
 
 def cpu_supports_bf16() -> bool:
@@ -134,6 +136,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     selector, no_selection_note = build_selector(
         cfg.select_on, data_dir=cfg.data_dir, select_data=cfg.select_data, select_split=cfg.select_split,
         batch_size=cfg.eval_batch_size, analysis=cfg.analysis_at_eval, select_docs=cfg.select_docs)
+    held_out = HeldOutPairs(cfg.test_pairs, cfg.eval_batch_size) if cfg.test_pairs and ctx.is_main else None
     corpus_loader = CorpusLoader(cfg)
     seed_everything(cfg.seed)
     encoder, tokenizer, source = load_encoder(cfg.model, pooler=cfg.pooler, mlp_only_train=cfg.mlp_only_train,
@@ -166,7 +169,7 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     save_steps = cfg.save_steps or cfg.eval_steps
 
     state = {"step": 0, "best_dev": None, "best_step": None, "raw_dev": None, "bad_evals": 0,
-             "train_seconds": 0.0, "sentences_seen": 0}
+             "train_seconds": 0.0, "sentences_seen": 0, "test_pairs_start": None}
     resolved = {"config": cfg.to_dict(), "objective": vars(objective) | {}, "precision": precision,
                 "world_size": ctx.world_size, "total_steps": total_steps, "steps_per_epoch": plan.steps_per_epoch,
                 "torch_threads": torch.get_num_threads(), "device": str(ctx.device),
@@ -256,6 +259,9 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     encoder.train()
     if state["step"] == 0 and selector is not None:
         select(0)  # the start model is a candidate: a run never ships a model worse than the one it started from
+    if state["step"] == 0 and held_out is not None:
+        state["test_pairs_start"] = held_out(inference)
+        encoder.train()
 
     local = slice(ctx.rank * cfg.batch_size // ctx.world_size, (ctx.rank + 1) * cfg.batch_size // ctx.world_size)
     window_start, window_sentences = time.perf_counter(), 0
@@ -305,6 +311,8 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
                        selection=selector.description if selector else None,
                        start_won=selector is not None and state["best_step"] == 0,
                        inference_max_seq_length=inference_length)
+        if held_out is not None:
+            summary["test_pairs"] = _held_out_report(held_out, state, out, ctx.device)
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         _write_card(out, resolved, summary)
         if summary["start_won"]:
@@ -314,7 +322,17 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     distributed.close(ctx)
     return TrainResult(str(out), state["step"], state["best_step"], state["best_dev"], state["raw_dev"],
                        state["train_seconds"], state["sentences_seen"] / max(state["train_seconds"], 1e-9),
-                       selector.name if selector else None, ctx.is_main)
+                       selector.name if selector else None, ctx.is_main,
+                       summary.get("test_pairs") if ctx.is_main else None)
+
+
+def _held_out_report(held_out: HeldOutPairs, state: dict, out: Path, device: torch.device) -> dict:
+    """{file name: {metric, start, best}}: the held-out pair files on the start model and on best/."""
+    start = state["test_pairs_start"] or {}
+    best = start if state["best_step"] == 0 and start else held_out(SentenceEncoder.load(out / BEST_DIR,
+                                                                                         device=str(device)))
+    return {name: {"metric": r["metric"], "start": start.get(name, {}).get("value"), "best": r["value"],
+                   "file": r["file"]} for name, r in best.items()}
 
 
 def _write_card(out: Path, resolved: dict, summary: dict) -> None:

@@ -136,3 +136,24 @@ def interrupted_at_call(monkeypatch):
             monkeypatch.setattr(module, name, real)
 
     return interrupt
+
+
+# ------------------------------------------------------------------------------------------------ no silent skips
+MISSING_MODULE = ("could not import", "No module named", "not installed")
+
+
+def skip_is_a_missing_module(reason: str) -> bool:
+    """A skip whose reason is a missing package: `pip install -e ".[test]"` installs everything the suite imports,
+    so such a skip is a missing install step, not a condition of the machine."""
+    return any(marker in reason for marker in MISSING_MODULE)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if skip_is_a_missing_module(reason):
+            report.outcome = "failed"
+            report.longrepr = f"skipped for a missing package, which the [test] extra must install: {reason}"

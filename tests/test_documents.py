@@ -49,7 +49,7 @@ def write_csv(path, rows, fieldnames, delimiter=","):
 
 
 def write_parquet(path, columns: dict):
-    pa = pytest.importorskip("pyarrow")
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table(columns), path)
@@ -192,7 +192,6 @@ def test_invalid_records_name_file_and_line(tmp_path):
 def test_unreadable_files(tmp_path):
     with pytest.raises(DataError, match=r"^training file not found: "):
         read_segments(tmp_path / "nope.jsonl")
-    pytest.importorskip("pyarrow")
     (tmp_path / "junk.parquet").write_bytes(b"not a parquet file at all")
     with pytest.raises(DataError, match=rf"^cannot read training file {tmp_path / 'junk.parquet'}: "):
         read_segments(tmp_path / "junk.parquet")

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("sentence_transformers")
 
 from sentence_transformers import SentenceTransformer  # noqa: E402
 from sentence_transformers.base.modules import Dense, Transformer  # noqa: E402
@@ -115,8 +114,6 @@ def test_forward_embeds_both_columns_and_equals_mixcse_losses(tiny_bert):
 
 
 def test_sentence_transformer_trainer_trains_with_mixcse_loss(tiny_bert, tmp_path):
-    pytest.importorskip("datasets")
-    pytest.importorskip("accelerate")
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 

@@ -118,7 +118,6 @@ def test_update_without_training_record(model_dir):
 
 @pytest.mark.parametrize("pooler", ["cls_before_pooler", "cls", "avg", "avg_first_last"])
 def test_usage_snippets_run_and_agree(tiny_bert, tmp_path, pooler):
-    pytest.importorskip("sentence_transformers")
     encoder, tokenizer, _ = load_encoder(str(tiny_bert), pooler=pooler, mlp_only_train=pooler != "cls")
     path = tmp_path / "model"
     encoder.save(path, tokenizer)

@@ -13,7 +13,7 @@ import mixcse
 from mixcse.config import TrainConfig
 from mixcse.data import PairedCorpus, open_corpus
 from mixcse.distributed import DistContext
-from mixcse.documents import read_pairs
+from mixcse.documents import read_positive_pairs
 from mixcse.errors import ConfigError, DataError
 from mixcse.losses import PRESETS, contrastive_loss
 from mixcse.model import load_encoder
@@ -37,24 +37,24 @@ def docs(tmp_path):
 
 
 def test_neighbour_pairs_follow_each_document(docs):
-    pairs, stats = read_pairs(docs, positives="neighbours", dedupe=False)
+    pairs, stats = read_positive_pairs(docs, positives="neighbours", dedupe=False)
     assert pairs == [("Cells divide very often", "The first sentence is here."),
                      ("The first sentence is here.", "A second one follows it."),  # "Tiny." is under 4 words
                      ("Another document starts now.", "It ends with this sentence."),
                      ("Cells divide very often", "The first sentence is here."),
                      ("The first sentence is here.", "Then a new second sentence.")]
     assert stats["dropped_short"] == 1 and stats["segments"] == 5 and stats["segment"] == "neighbours pairs"
-    deduped, stats = read_pairs(docs, positives="neighbours")  # documents: dedupe on, by anchor
+    deduped, stats = read_positive_pairs(docs, positives="neighbours")  # documents: dedupe on, by anchor
     assert len(deduped) == 3 and stats["dropped_duplicates"] == 2
 
 
 def test_title_pairs_skip_untitled_documents(docs, tmp_path):
-    pairs, _ = read_pairs(docs, positives="title", dedupe=False, max_sentences=1)
+    pairs, _ = read_positive_pairs(docs, positives="title", dedupe=False, max_sentences=1)
     assert pairs == [("Cells divide very often", "The first sentence is here. A second one follows it. Tiny.")]
     untitled = tmp_path / "untitled.jsonl"
     untitled.write_text(json.dumps({"text": "no title here at all"}) + "\n")
     with pytest.raises(DataError, match="needs documents with a title"):
-        read_pairs(untitled, positives="title")
+        read_positive_pairs(untitled, positives="title")
 
 
 def test_disk_corpus_with_pairs_is_refused():

@@ -8,7 +8,8 @@ import yaml
 
 import mixcse
 from mixcse.encoder import SentenceEncoder
-from mixcse.evaluation.selection import PairsSelector, Selection, StsbDevSelector, better, read_pairs
+from mixcse.evaluation.pairs import read_pairs
+from mixcse.evaluation.selection import PairsSelector, Selection, StsbDevSelector, better
 from mixcse.model import load_encoder
 
 
@@ -153,9 +154,10 @@ def test_pairs_selection(tiny_bert, synthetic_data, tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("a\tb\t1\n", "needs at least two scored pairs"),
+    ("a\tb\t1\n", "needs at least two labelled pairs"),
     ("sentence1\tsentence2\tscore\nx\ty\tnot-a-number\nx\tz\t1\n", "is not a number"),
-    ("x\ty\t1\nx\n", "expected sentence1, sentence2, score"),
+    ("x\ty\t1\nx\n", "expected sentence1, sentence2, label"),
+    ("sentence1\tsentence2\tsimilar\nx\ty\t1\nx\tz\t0\n", "no label or score column"),
 ])
 def test_bad_pairs_files(tmp_path, text, message):
     path = tmp_path / "pairs.tsv"

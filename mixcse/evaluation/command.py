@@ -37,7 +37,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--tasks", default="all",
                         help="comma-separated: all | sts | transfer | analysis | task names (STS12 ... "
                              "SICKRelatedness, MR, CR, SUBJ, MPQA, SST2, TREC, MRPC) | retrieval (needs "
-                             "--retrieval-data; not part of all); default: all")
+                             "--retrieval-data; not part of all) | pairs (needs --pairs-data; not part of all); "
+                             "default: all")
     parser.add_argument("--mode", choices=("test", "fasttest"), default="test",
                         help="test: 10-fold CV, full grids (the published protocol); fasttest: 5 folds, smaller grids")
     parser.add_argument("--pooler", default=None, help="pooler for a plain HF model (e.g. cls, cls_before_pooler, avg)")
@@ -60,6 +61,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                              "results only")
     parser.add_argument("--retrieval-data", default=None,
                         help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) for --tasks retrieval")
+    parser.add_argument("--pairs-data", nargs="+", default=None, metavar="FILE",
+                        help="labelled pair files (.tsv/.csv: sentence1, sentence2, label) for --tasks pairs: "
+                             "cosine AP, accuracy and F1 for 0/1 labels, Spearman for graded ones")
     parser.add_argument("--split", default="test", help="qrels split for the retrieval task (default test)")
     parser.add_argument("--max-seq-length", type=int, default=None,
                         help="token limit for the retrieval task's queries and documents (default: the model's)")
@@ -87,6 +91,13 @@ def run_eval(args: argparse.Namespace) -> int:
     if ("retrieval" in tasks) != (retrieval_data is not None):
         return _error("--tasks retrieval needs --retrieval-data DIR" if "retrieval" in tasks
                       else "--retrieval-data needs retrieval in --tasks (e.g. --tasks retrieval)")
+    pairs_data = getattr(args, "pairs_data", None)
+    if ("pairs" in tasks) != (pairs_data is not None):
+        return _error("--tasks pairs needs --pairs-data FILE ..." if "pairs" in tasks
+                      else "--pairs-data needs pairs in --tasks (e.g. --tasks pairs)")
+    for f in pairs_data or ():
+        if not Path(f).is_file():
+            return _error(f"--pairs-data {f}: file not found")
     if getattr(args, "max_seq_length", None) is not None and args.max_seq_length < 1:
         return _error("--max-seq-length must be at least 1")
     if args.cache_dir is not None and Path(args.cache_dir).exists() and not Path(args.cache_dir).is_dir():
@@ -97,7 +108,7 @@ def run_eval(args: argparse.Namespace) -> int:
         results = evaluate(encoder, tasks=tasks, data_dir=data_dir, mode=args.mode, classifier=args.classifier,
                            cache_dir=args.cache_dir, batch_size=args.batch_size, workers=args.workers,
                            retrieval_data=retrieval_data, retrieval_split=getattr(args, "split", "test"),
-                           max_seq_length=getattr(args, "max_seq_length", None))
+                           max_seq_length=getattr(args, "max_seq_length", None), pairs_data=pairs_data)
     except (MixCSEError, FileNotFoundError) as exc:
         return _error(str(exc))
     pooler = args.pooler or getattr(encoder, "pooler", None)

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import analysis as A
 from . import data as D
+from . import pairs as P
 from . import retrieval as R
 from . import sts as S
 from . import transfer as T
@@ -27,6 +28,8 @@ from .encoding import describe_encoder, encode_raw, encode_units, encoder_finger
 GROUPS = {"sts": D.STS_TASKS, "transfer": D.TRANSFER_TASKS, "analysis": ("analysis",)}
 ALL_TASKS = D.STS_TASKS + D.TRANSFER_TASKS + ("analysis",)
 RETRIEVAL = "retrieval"  # not part of 'all': it needs a BEIR folder (retrieval_data)
+PAIRS = "pairs"  # not part of 'all': it needs labelled pair files (pairs_data)
+OWN_DATA = (RETRIEVAL, PAIRS)
 _ALIASES = {"sts-b": "STSBenchmark", "stsb": "STSBenchmark", "stsbenchmark": "STSBenchmark",
             "sick-r": "SICKRelatedness", "sickr": "SICKRelatedness", "sick": "SICKRelatedness",
             "sickrelatedness": "SICKRelatedness", "sst": "SST2", "sst-2": "SST2", "sst2": "SST2"}
@@ -52,14 +55,14 @@ def expand_tasks(tasks: str | Iterable[str]) -> list[str]:
             wanted.add(canon[key])
         elif key in _ALIASES:
             wanted.add(_ALIASES[key])
-        elif key == RETRIEVAL:
-            wanted.add(RETRIEVAL)
+        elif key in OWN_DATA:
+            wanted.add(key)
         else:
-            raise ValueError(f"unknown task {t!r}; choose from all, sts, transfer, analysis, retrieval, "
+            raise ValueError(f"unknown task {t!r}; choose from all, sts, transfer, analysis, retrieval, pairs, "
                              f"{', '.join(ALL_TASKS[:-1])}")
     if not wanted:
         raise ValueError("no tasks given")
-    return [t for t in ALL_TASKS + (RETRIEVAL,) if t in wanted]
+    return [t for t in ALL_TASKS + OWN_DATA if t in wanted]
 
 
 def _load(data_dir: Path, task: str):
@@ -113,7 +116,7 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
              mode: str = "test", classifier: str = DEFAULT_CLASSIFIER, cache_dir=None, batch_size: int = 64, *,
              pooler: str | None = None, verbose: bool = True, workers: int = 1, retrieval_data=None,
              retrieval_split: str = "test", max_seq_length: int | None = None, reference: bool = False,
-             precision: str = "fp32") -> dict:
+             precision: str = "fp32", pairs_data=None) -> dict:
     """Run the SentEval protocol (see the package docstring) and return the results dict (x100 scale).
 
     `encoder`: an object with `.encode(list[str], batch_size=...)`, a callable `list[str] -> array`, or a
@@ -122,7 +125,8 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
     `classifiers`). `workers > 1` runs the transfer probes
     (single-threaded, ~90% of a full evaluation's CPU time) in that many processes; each task is computed exactly
     as in one process, so the results are the same. The "retrieval" task reads the BEIR folder `retrieval_data`
-    (split `retrieval_split`) and encodes its documents at `max_seq_length` (None: the encoder's own).
+    (split `retrieval_split`) and encodes its documents at `max_seq_length` (None: the encoder's own). The "pairs"
+    task scores each labelled pair file of `pairs_data` (one path or several; `mixcse.evaluation.pairs`).
     `reference=True` takes the plain paths the fast ones are tested against (unit-by-unit encoding, the probes'
     reference engines): the same numbers, slower."""
     if mode not in KFOLD:
@@ -133,7 +137,9 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
     names = expand_tasks(tasks)
     if RETRIEVAL in names and retrieval_data is None:
         raise D.DataError("the retrieval task needs a BEIR folder (--retrieval-data DIR)")
-    senteval = [t for t in names if t != RETRIEVAL]
+    if PAIRS in names and not pairs_data:
+        raise D.DataError("the pairs task needs labelled pair files (--pairs-data FILE ...)")
+    senteval = [t for t in names if t not in OWN_DATA]
     encoder = resolve_encoder(encoder, pooler=pooler, precision=precision)
     ddir = D.resolve_data_dir(data_dir) if senteval else None
     log = (lambda msg: print(f"[mixcse eval] {msg}", file=sys.stderr, flush=True)) if verbose else (lambda m: None)
@@ -145,6 +151,9 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
     loaded = {t: _load(ddir, t) for t in senteval}
     if RETRIEVAL in names:
         loaded[RETRIEVAL] = R.load_beir(retrieval_data, retrieval_split)
+    if PAIRS in names:
+        pairs_data = [pairs_data] if isinstance(pairs_data, (str, Path)) else list(pairs_data)
+        loaded[PAIRS] = [P.read_pairs(f) for f in pairs_data]  # bad files fail before any encoding
     seconds["load_data"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -190,6 +199,8 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
             elif task == RETRIEVAL:
                 results[RETRIEVAL] = R.evaluate_retrieval(encoder, loaded[task], batch_size=batch_size,
                                                           max_seq_length=max_seq_length, cache_dir=cache_dir)
+            elif task == PAIRS:
+                results[PAIRS] = P.evaluate_pairs(encoder, pairs_data, batch_size=batch_size)
             elif task in futures:
                 submitted, future = futures[task]
                 results.setdefault("transfer", {})[task], cpu[task] = future.result()
@@ -242,6 +253,9 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
         "analysis": {"stsb_splits": list(A.ANALYSIS_SPLITS), "positive_threshold": A.POSITIVE_THRESHOLD,
                      "t": A.T, "normalised": True, "angles": "degrees, over all pairs of distinct sentences"},
         **({RETRIEVAL: R.protocol(loaded[RETRIEVAL])} if RETRIEVAL in names else {}),
+        **({PAIRS: {"files": [str(f) for f in pairs_data], "similarity": "cosine",
+                    "binary_labels": "ap (main; sklearn average_precision_score), accuracy and f1 at best thresholds",
+                    "graded_labels": "spearman (main), pearson"}} if PAIRS in names else {}),
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
         "cpu_seconds": {k: round(v, 3) for k, v in cpu.items()},
         "versions": _versions(),
@@ -289,6 +303,10 @@ def format_tables(results: dict, label: str | None = None) -> str:
             f"{r['n_queries']} queries, {r['n_documents']} documents, max length {r.get('max_seq_length')})"]
         lines += _row(["nDCG@10", "MAP@10", "MRR@10", "Recall@100"],
                       [number(r[k]) for k in ("ndcg@10", "map@10", "mrr@10", "recall@100")], label)
+    if PAIRS in results:
+        lines += ([""] if lines else []) + ["Pairs x100 (cosine): AP, accuracy and F1 at the best thresholds for 0/1 "
+                                            "labels; Spearman for graded labels"]
+        lines += P.format_pairs_table(results[PAIRS])
     secs = settings.get("seconds")
     if secs:
         lines += ["", "Wall time (s): " + ", ".join(f"{k} {v:.1f}" for k, v in secs.items())]

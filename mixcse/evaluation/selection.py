@@ -16,13 +16,13 @@ Built-in selectors (``select_on`` in the training config):
   * ``retrieval`` nDCG@10 x100 on a fixed, seeded sub-corpus of a BEIR dataset's non-test split
                   (``mixcse.evaluation.retrieval.dev_subset``): the split's relevant documents plus a sample of
                   the others, so that a selection pass costs seconds, not the minutes of the whole corpus.
-  * ``pairs``     Spearman x100 of cosine similarities on a labelled file of (sentence1, sentence2, score).
+  * ``pairs``     a labelled file of (sentence1, sentence2, label): cosine average precision x100 when the labels
+                  are 0/1 (duplicate or not), else Spearman x100 of the cosines (``mixcse.evaluation.pairs``).
   * ``none``      no selection: ``best/`` is the last step.
-Only this module's own imports are paid by a training run (numpy, scipy; not scikit-learn).
+Only this module's own imports are paid by a training run (numpy, scipy; scikit-learn only for ``pairs``).
 """
 from __future__ import annotations
 
-import csv
 import functools
 import math
 import time
@@ -127,45 +127,28 @@ class StsbDevSelector:
 
 
 # ------------------------------------------------------------------------------------------------ labelled pairs
-def read_pairs(path: str | Path) -> D.PairSet:
-    """A labelled pair file: .tsv or .csv with columns sentence1, sentence2, score (a header line naming them, in
-    any order, or exactly three columns in that order without a header)."""
-    path = Path(path)
-    delimiter = "," if path.suffix.lower() == ".csv" else "\t"
-    lines = [(n, text) for n, text in enumerate(D._lines_universal(path), 1) if text.strip()]
-    if not lines:
-        raise D.DataError(f"{path}: no pairs")
-    quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE  # a tab file: quotes are text
-    rows = [(n, row) for (n, _), row in zip(lines, csv.reader([t for _, t in lines], delimiter=delimiter,
-                                                               quoting=quoting))]
-    header = [c.strip().lower() for c in rows[0][1]]
-    columns = (0, 1, 2)
-    if {"sentence1", "sentence2", "score"} <= set(header):
-        columns = (header.index("sentence1"), header.index("sentence2"), header.index("score"))
-        rows = rows[1:]
-    a, b, scores = [], [], []
-    for lineno, row in rows:
-        if len(row) <= max(columns):
-            raise D.DataError(f"{path}:{lineno}: expected sentence1, sentence2, score; found {len(row)} field(s)")
-        a.append(row[columns[0]].strip())
-        b.append(row[columns[1]].strip())
-        scores.append(D._score(row[columns[2]], path, lineno))
-    if len(a) < 2:
-        raise D.DataError(f"{path}: needs at least two scored pairs, found {len(a)}")
-    return D.PairSet(a, b, np.asarray(scores, dtype=np.float64), str(path))
-
-
 class PairsSelector:
-    name = "pairs_spearman"
+    """Binary labels (duplicate or not): cosine average precision x100, MTEB PairClassification's main metric;
+    graded labels: Spearman x100 of the cosines. Accuracy / F1 at their best thresholds ride along as extras."""
+
     greater_is_better = True
 
     def __init__(self, path: str | Path, batch_size: int = 128):
+        from .pairs import is_binary, read_pairs
+
         self.pairs, self.batch_size = read_pairs(path), batch_size
-        self.description = f"Spearman x100 of cosine similarities on {len(self.pairs)} labelled pairs ({path})"
+        self.binary = is_binary(self.pairs.scores)
+        self.name = "pairs_ap" if self.binary else "pairs_spearman"
+        what = "cosine average precision" if self.binary else "Spearman of cosine similarities"
+        self.description = f"{what} x100 on {len(self.pairs)} labelled pairs ({path})"
 
     def __call__(self, encoder) -> Selection:
+        from .pairs import score_pairs
+
         embed = _Unique(encoder, self.batch_size)
-        return Selection(S.spearman(S.row_cosine(embed(self.pairs.a), embed(self.pairs.b)), self.pairs.scores))
+        scores = score_pairs(embed(self.pairs.a), embed(self.pairs.b), self.pairs.scores)
+        extras = {k: float(scores[k]) for k in ("accuracy", "f1") if k in scores}
+        return Selection(float(scores[scores["main"]]), extras)
 
 
 # ------------------------------------------------------------------------------------------------ retrieval
@@ -223,7 +206,7 @@ def build_selector(select_on: str, *, data_dir: str | None, select_data: str | N
     if not select_data:
         raise D.DataError(f"select_on: {select_on} needs select_data ("
                           + ("a BEIR folder: corpus.jsonl, queries.jsonl, qrels/" if select_on == "retrieval"
-                             else "a .tsv/.csv file of sentence1, sentence2, score") + ")")
+                             else "a .tsv/.csv file of sentence1, sentence2, label") + ")")
     if not Path(select_data).exists():
         raise D.DataError(f"select_data not found: {select_data}")
     if select_on == "pairs":

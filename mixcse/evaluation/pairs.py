@@ -1,0 +1,161 @@
+"""Pair classification and pair similarity on the user's own labelled pairs.
+
+Interface:
+    read_pairs(path) -> PairSet          a .tsv/.csv of sentence1, sentence2, label (or score)
+    score_pairs(emb_a, emb_b, labels)    -> metrics dict (x100) of the cosine similarities
+    evaluate_pairs(encoder, paths)       -> {name: metrics} for one or more files, each sentence embedded once
+
+Binary labels (0/1: duplicate or not, paraphrase or not) are scored as MTEB's PairClassification scores them:
+``ap`` = average precision of the cosine similarities (scikit-learn's ``average_precision_score``; the primary
+metric), ``accuracy`` and ``f1`` at their best thresholds (with those thresholds). Graded labels (any other
+numbers, e.g. 0-5 similarity) are scored by ``spearman`` (primary) and ``pearson`` of the cosines. ``main`` names the
+primary metric of each file.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from . import data as D
+from . import sts as S
+from .encoding import encode_raw
+
+LABEL_COLUMNS = ("label", "score")
+
+
+def read_pairs(path: str | Path) -> D.PairSet:
+    """A labelled pair file: .tsv or .csv with a header naming sentence1, sentence2 and label (or score), in any
+    order, or exactly three columns in that order without a header."""
+    path = Path(path)
+    if not path.is_file():
+        raise D.DataError(f"{path}: pair file not found")
+    delimiter = "," if path.suffix.lower() == ".csv" else "\t"
+    lines = [(n, text) for n, text in enumerate(D._lines_universal(path), 1) if text.strip()]
+    if not lines:
+        raise D.DataError(f"{path}: no pairs")
+    quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE  # a tab file: quotes are text
+    rows = [(n, row) for (n, _), row in zip(lines, csv.reader([t for _, t in lines], delimiter=delimiter,
+                                                               quoting=quoting))]
+    header = [c.strip().lower() for c in rows[0][1]]
+    columns = (0, 1, 2)
+    label = next((c for c in LABEL_COLUMNS if c in header), None)
+    if {"sentence1", "sentence2"} <= set(header) and label is not None:
+        columns = (header.index("sentence1"), header.index("sentence2"), header.index(label))
+        rows = rows[1:]
+    elif {"sentence1", "sentence2"} & set(header):
+        raise D.DataError(f"{path}: the header names sentence1/sentence2 but no label or score column")
+    a, b, scores = [], [], []
+    for lineno, row in rows:
+        if len(row) <= max(columns):
+            raise D.DataError(f"{path}:{lineno}: expected sentence1, sentence2, label; found {len(row)} field(s)")
+        a.append(row[columns[0]].strip())
+        b.append(row[columns[1]].strip())
+        scores.append(D._score(row[columns[2]], path, lineno))
+    if len(a) < 2:
+        raise D.DataError(f"{path}: needs at least two labelled pairs, found {len(a)}")
+    return D.PairSet(a, b, np.asarray(scores, dtype=np.float64), str(path))
+
+
+def is_binary(labels: np.ndarray) -> bool:
+    """0/1 labels with both classes present: a pair-classification file."""
+    values = set(np.unique(labels).tolist())
+    return values == {0.0, 1.0}
+
+
+def best_threshold_scores(similarity: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Accuracy and F1 x100 at the best threshold on ``similarity`` (predict 1 when similarity >= threshold)."""
+    from sklearn.metrics import precision_recall_curve, roc_curve
+
+    y = labels.astype(np.int64)
+    positives, negatives = int(y.sum()), int(len(y) - y.sum())
+    fpr, tpr, thresholds = roc_curve(y, similarity, drop_intermediate=False)
+    accuracy = (tpr * positives + (1.0 - fpr) * negatives) / len(y)
+    i = int(np.argmax(accuracy))
+    precision, recall, pr_thresholds = precision_recall_curve(y, similarity)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)[:-1]
+    j = int(np.argmax(f1))
+    return {"accuracy": 100.0 * float(accuracy[i]), "accuracy_threshold": float(min(thresholds[i], 1.0)),
+            "f1": 100.0 * float(f1[j]), "f1_threshold": float(pr_thresholds[j]),
+            "precision": 100.0 * float(precision[j]), "recall": 100.0 * float(recall[j])}
+
+
+def score_pairs(emb_a: np.ndarray, emb_b: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    """The metrics of one pair file from its embeddings (rows of ``emb_a`` and ``emb_b`` pair up)."""
+    similarity = S.row_cosine(emb_a, emb_b)
+    labels = np.asarray(labels, dtype=np.float64)
+    out: dict[str, Any] = {"n_pairs": int(len(labels))}
+    if is_binary(labels):
+        from sklearn.metrics import average_precision_score
+
+        out.update(main="ap", ap=100.0 * float(average_precision_score(labels.astype(np.int64), similarity)),
+                   positives=int(labels.sum()), **best_threshold_scores(similarity, labels))
+    else:
+        from scipy.stats import pearsonr
+
+        out.update(main="spearman", spearman=S.spearman(similarity, labels),
+                   pearson=100.0 * float(pearsonr(similarity, labels)[0]))
+    return out
+
+
+def pair_file_names(paths: Iterable[str | Path]) -> list[str]:
+    """Short, distinct names for result keys: the file stem, with parent folders added until names differ."""
+    paths = [Path(p) for p in paths]
+    depth = 1
+    while True:
+        names = ["/".join(p.with_suffix("").parts[-depth:]) for p in paths]
+        if len(set(names)) == len(names) or depth > max(len(p.parts) for p in paths):
+            return names
+        depth += 1
+
+
+def evaluate_pairs(encoder, paths: str | Path | Iterable[str | Path], batch_size: int = 64) -> dict[str, dict]:
+    """Score ``encoder`` (a ``SentenceEncoder``, anything with ``encode``, or a callable) on each pair file; every
+    distinct sentence across the files is embedded once."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if not paths:
+        raise D.DataError("no pair files given")
+    sets = [read_pairs(p) for p in paths]
+    unique = list(dict.fromkeys(s for ps in sets for s in ps.a + ps.b))
+    emb = encode_raw(encoder, unique, batch_size)
+    row = {s: i for i, s in enumerate(unique)}
+    results = {}
+    for name, path, ps in zip(pair_file_names(paths), paths, sets):
+        ia = np.fromiter((row[s] for s in ps.a), dtype=np.int64, count=len(ps.a))
+        ib = np.fromiter((row[s] for s in ps.b), dtype=np.int64, count=len(ps.b))
+        results[name] = {"file": str(path), **score_pairs(emb[ia], emb[ib], ps.scores)}
+    return results
+
+
+def format_pairs_table(results: dict[str, dict]) -> list[str]:
+    """Markdown lines: one row per file with its primary metric first."""
+    from ..tables import markdown_table, number
+
+    rows = []
+    for name, r in results.items():
+        if r["main"] == "ap":
+            rows.append([name, str(r["n_pairs"]), number(r["ap"]), number(r["accuracy"]), number(r["f1"]), ""])
+        else:
+            rows.append([name, str(r["n_pairs"]), "", "", "", number(r["spearman"])])
+    return markdown_table(["Pairs", "n", "AP", "Acc.", "F1", "Spearman"], rows)
+
+
+class HeldOutPairs:
+    """Pair files never used for selection, scored on a model: ``held_out(encoder) -> {name: {"metric", "value"}}``.
+
+    A training run scores them on the start model and on best/ (config key ``test_pairs``), so that the held-out
+    effect of adaptation is printed and recorded next to the selection metric. The files are read at construction:
+    a bad file fails before training starts."""
+
+    def __init__(self, paths: Iterable[str | Path], batch_size: int = 128):
+        self.paths = [Path(p) for p in paths]
+        for path in self.paths:
+            read_pairs(path)
+        self.batch_size = batch_size
+
+    def __call__(self, encoder) -> dict[str, dict]:
+        results = evaluate_pairs(encoder, self.paths, batch_size=self.batch_size)
+        return {name: {"metric": r["main"], "value": r[r["main"]], "file": r["file"]} for name, r in results.items()}
