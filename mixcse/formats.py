@@ -56,6 +56,20 @@ def _pooler_from_st_config(cfg: dict) -> str:
     return pooler
 
 
+def check_safetensors(path: str | os.PathLike) -> None:
+    """Read a weights file's header: a truncated or non-safetensors file is named here, before a loader fails on it
+    with a message that names no file."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy"):
+            pass
+    except (SafetensorError, OSError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise MixCSEError(f"damaged weights file {path} ({reason}): it is truncated or not a safetensors file; "
+                          f"copy or download the model again") from None
+
+
 def read_model_dir(path: str | os.PathLike) -> ModelDirInfo:
     """What a local model directory holds: a plain HF model, or a sentence-transformers/mixcse model."""
     root = Path(path)
@@ -91,6 +105,7 @@ def read_model_dir(path: str | os.PathLike) -> ModelDirInfo:
                     or dense.get("use_residual") or not (sub / "model.safetensors").exists()):
                 raise MixCSEError(f"{modules_file}: unsupported Dense module {dense}; mixcse supports a Dense only "
                                   f"as the MLP head (in = out, tanh, bias, safetensors) after cls pooling")
+            check_safetensors(sub / "model.safetensors")
             state = load_file(str(sub / "model.safetensors"))
             info.head_state = {"dense.weight": state["linear.weight"], "dense.bias": state["linear.bias"]}
             info.pooler = "cls"

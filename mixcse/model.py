@@ -111,6 +111,7 @@ class Encoder(nn.Module):
 def load_backbone(name_or_path: str, *, trust_remote_code: bool = False):
     """AutoModel + AutoTokenizer from a hub name or a local directory, weights from safetensors only."""
     import transformers
+    from safetensors import SafetensorError
     from transformers import AutoModel, AutoTokenizer
 
     transformers.logging.set_verbosity_error()  # unused MLM-head weights are expected, not news
@@ -129,7 +130,7 @@ def load_backbone(name_or_path: str, *, trust_remote_code: bool = False):
         backbone = AutoModel.from_pretrained(
             name_or_path, trust_remote_code=trust_remote_code, use_safetensors=True, dtype=torch.float32
         )
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SafetensorError) as exc:  # SafetensorError: a damaged file in the hub cache
         message = " ".join(str(exc).split()) or type(exc).__name__  # transformers' messages span lines
         if len(message) > 300:
             message = message[:297] + "..."
@@ -150,10 +151,13 @@ def _check_model_dir(path: str) -> None:
         missing.append("no config.json")
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         missing.append("no tokenizer files (tokenizer.json, tokenizer_config.json or vocab.txt)")
-    if not any(folder.glob("*.safetensors")):
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights:
         missing.append("no *.safetensors weights")
     if missing:
         raise MixCSEError(f"{path} is not a model folder: {'; '.join(missing)}")
+    for file in weights:
+        formats.check_safetensors(file)
 
 
 def load_encoder(

@@ -291,6 +291,14 @@ def render_model_card(best_dir: Path, resolved: dict, summary: dict, eval_result
                   + (", plus one mixed hard negative per pair, normalize(λ·h'ᵢ + (1-λ)·h'ⱼ)." if lam is not None
                      else "."), ""]
         lines += markdown_table(["setting", "value"], rows, centred=True) + [""]
+        history = [entry for entry in resolved.get("history") or [] if isinstance(entry, dict)]
+        if history:
+            lines += ["Config keys changed when the run was resumed (the table shows the final values):", ""]
+            for entry in history:
+                changed = (entry.get("changed") or {}).items()
+                changes = "; ".join(f"`{key}` {old} → {new}" for key, (old, new) in changed)
+                lines.append(f"- from step {entry.get('step', '?')}: {changes}")
+            lines.append("")
 
         train_file = cfg.get("train_file")
         lines += ["### Training Data", ""]

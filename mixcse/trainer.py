@@ -7,8 +7,10 @@ select, checkpoint) + the final writes. Its pieces live in their own modules: th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -26,10 +28,12 @@ from .errors import ConfigError, MixCSEError
 from .evaluation.pairs import HeldOutPairs
 from .evaluation.selection import better, build_selector
 from .fast_dropout import use_fast_dropout
+from .fileio import atomic_write_text
 from .model import load_encoder
 from .progress import Progress
-from .rundir import (BEST_DIR, MetricsLog, candidate_path, checkpoint_path, clear_owned_outputs, load_checkpoint,
-                     prepare_output_dir, rng_state, save_checkpoint, seed_everything, set_rng_state)
+from .rundir import (BEST_DIR, RESUME_SCHEDULE_KEYS, MetricsLog, candidate_path, checkpoint_path,
+                     clear_owned_outputs, prepare_output_dir, read_checkpoint, resume_changes, rng_state, run_lock,
+                     save_checkpoint, saved_record, seed_everything, set_rng_state)
 from .step import make_step
 from .tracking import Trackers, open_trackers
 
@@ -111,6 +115,20 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
     """Train a sentence encoder as ``config`` says; docs/training.md describes the outputs.
 
     ``progress``: None shows a bar on a terminal and a plain line every 30 s elsewhere; False is silent."""
+    with contextlib.ExitStack() as held:  # the output folder's lock, released however the run ends
+        return _train(config, overwrite=overwrite, resume=resume, progress=progress, held=held)
+
+
+def _file_stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
+
+
+def _train(config: TrainConfig | dict, *, overwrite: bool, resume: bool, progress: bool | None,
+           held: contextlib.ExitStack) -> TrainResult:
     cfg = config if isinstance(config, TrainConfig) else build_config(dict(config))
     cfg.validate()
     ctx = distributed.init_from_env()
@@ -126,12 +144,21 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         raise ConfigError(f"mini_batch_size {cfg.mini_batch_size} does not divide the per-process batch "
                           f"(batch_size {cfg.batch_size} / {ctx.world_size} processes = {per_rank})")
 
+    resume_asked = resume
     resume = prepare_output_dir(out, cfg.to_dict(), overwrite=overwrite, resume=resume)
-    if resume:  # the run continues under the config it started with, except for explicitly changed keys
-        saved = yaml.safe_load((out / "config.yaml").read_text())["config"]
-        if saved != cfg.to_dict() and ctx.is_main:
-            changed = sorted(k for k in saved if saved[k] != cfg.to_dict().get(k))
-            print(f"note: resuming with changed config keys: {', '.join(changed)}", file=sys.stderr)
+    ckpt, ckpt_stamp, history, changed = None, None, [], {}
+    if resume:  # the run continues under the config it started with, except for keys that do not change the result
+        ckpt_stamp = _file_stamp(checkpoint_path(out))
+        ckpt = read_checkpoint(out)
+        record = saved_record(out) or {}
+        recorded = record.get("config") if isinstance(record.get("config"), dict) else ckpt.get("config") or {}
+        changed = resume_changes({**TrainConfig().to_dict(), **recorded}, cfg.to_dict())
+        history = [entry for entry in record.get("history") or [] if isinstance(entry, dict)]
+        if changed and ctx.is_main:
+            listed = ", ".join(f"{key} ({old!r} -> {new!r})" for key, (old, new) in changed.items())
+            print(f"note: resuming with changed config keys: {listed}; recorded in config.yaml's history"
+                  + ("; the learning rate follows the linear schedule of the new length from here on"
+                     if RESUME_SCHEDULE_KEYS & set(changed) else ""), file=sys.stderr)
     # Fail on bad input before anything is written.
     selector, no_selection_note = build_selector(
         cfg.select_on, data_dir=cfg.data_dir, select_data=cfg.select_data, select_split=cfg.select_split,
@@ -153,6 +180,9 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
         distributed.barrier(ctx)
     plan = BatchPlan(len(corpus), cfg.batch_size, cfg.seed)
     total_steps = plan.total_steps(cfg)
+    if ckpt is not None and total_steps < ckpt["state"]["step"]:
+        raise ConfigError(f"--resume: the checkpoint is at step {ckpt['state']['step']}, beyond the {total_steps} "
+                          f"steps this config asks for; raise max_steps (or epochs), or keep the recorded value")
     if ctx.is_main:
         print(description, flush=True)
 
@@ -176,10 +206,13 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
                 "selection": selector.description if selector else None,
                 "inference_max_seq_length": inference_length}
     if resume:
-        ckpt = load_checkpoint(checkpoint_path(out))
         encoder.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
+        if RESUME_SCHEDULE_KEYS & set(changed):  # the next step's learning rate from the new length's schedule
+            factor = linear_schedule(total_steps, warmup)(scheduler.last_epoch)
+            for group, base_lr in zip(optimizer.param_groups, scheduler.base_lrs):
+                group["lr"] = base_lr * factor
         if scaler is not None and ckpt.get("scaler"):
             scaler.load_state_dict(ckpt["scaler"])
         state.update(ckpt["state"])
@@ -188,6 +221,26 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
             raise ConfigError(f"--resume: the checkpoint was written by {len(rngs)} process(es), this run has "
                               f"{ctx.world_size}; resume with the same number of processes")
         set_rng_state(rngs[ctx.rank])
+        if changed:
+            history.append({"step": state["step"], "changed": changed})
+        ckpt = None  # its tensors are copied into the model and optimiser
+    if history:
+        resolved["history"] = history  # config keys changed on --resume: at which step, from what to what
+    # One run at a time writes a folder: rank 0 takes its lock, and checks the folder again under it (another run
+    # may have written there since the check above); every rank stops on a refusal.
+    refusal = None
+    if ctx.is_main:
+        try:
+            held.enter_context(run_lock(out))
+            again = prepare_output_dir(out, cfg.to_dict(), overwrite=overwrite, resume=resume_asked, quiet=True)
+            if again != resume or (resume and _file_stamp(checkpoint_path(out)) != ckpt_stamp):
+                raise MixCSEError(f"output_dir {out} changed while this run was starting (another mixcse train "
+                                  f"wrote there); run the command again")
+        except MixCSEError as exc:
+            refusal = str(exc)
+    refusal = distributed.broadcast_object(refusal, ctx)
+    if refusal is not None:
+        raise MixCSEError(refusal)
     metrics = MetricsLog(out / "metrics.jsonl", enabled=ctx.is_main)
     if ctx.is_main:
         print("mixcse train " + json.dumps(resolved, default=str), flush=True)
@@ -195,6 +248,8 @@ def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool =
             print(f"note: {no_selection_note}", file=sys.stderr, flush=True)
         if resume:
             metrics.truncate_after(state["step"])
+            if changed:
+                atomic_write_text(out / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
         else:
             if out.exists():
                 clear_owned_outputs(out)  # only --overwrite, or --resume of a run stopped before its first save

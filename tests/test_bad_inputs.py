@@ -2,19 +2,24 @@
 
 One table of cases: (command line, fragment the error line must hold). Placeholders in the command line:
 {model} a tiny BERT folder, {corpus} a plain-text corpus, {recipe} a valid recipe, {out} a fresh output folder,
-{tmp} a folder of bad files (see ``bad_files``).
+{tmp} a folder of bad files (see ``bad_files``); the fragment may name {tmp} too.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import mixcse
 from mixcse.cli import main
+from mixcse.rundir import LOCK_FILE
 
 CASES = [
     # --- mixcse train: the recipe and its overrides
@@ -71,9 +76,25 @@ CASES = [
     ("train {recipe} model={tmp}/empty.txt", "model path is a file, not a model folder"),
     ("train {recipe} output_dir={tmp}/empty.txt", "output_dir exists and is not a directory"),
     ("train {recipe} output_dir={tmp}/full", "is not empty; pass --overwrite"),
+    ("train {recipe} model={tmp}/truncated-model", "damaged weights file {tmp}/truncated-model/model.safetensors"),
+    ("train {recipe} model={tmp}/garbage-model", "damaged weights file {tmp}/garbage-model/model.safetensors"),
+    # --- mixcse train --resume and the run folder ({tmp}/run: a finished 2-step run of {recipe} with select_on=none)
+    ("train {recipe} output_dir={tmp}/truncated-run select_on=none --resume",
+     "the checkpoint {tmp}/truncated-run/checkpoint/state.pt is damaged"),
+    ("train {recipe} output_dir={tmp}/truncated-run select_on=none --resume", "best, the best model so far, is intact"),
+    ("train {recipe} output_dir={tmp}/run select_on=none loss=simcse --resume",
+     "--resume cannot change loss ('mixcse' -> 'simcse')"),
+    ("train {recipe} output_dir={tmp}/run select_on=none temperature=0.1 pooler=avg --resume",
+     "cannot change temperature (0.05 -> 0.1), pooler ('cls' -> 'avg')"),
+    ("train {recipe} output_dir={tmp}/run select_on=none batch_size=4 --resume", "pass --overwrite or use a new"),
+    ("train {recipe} output_dir={tmp}/run select_on=none max_steps=1 --resume", "at step 2, beyond the 1 steps"),
+    # {tmp}/locked: a copy of {tmp}/run whose lock another process holds
+    ("train {recipe} output_dir={tmp}/locked select_on=none --overwrite", "is in use by another mixcse train"),
+    ("train {recipe} output_dir={tmp}/locked select_on=none --resume", "is in use by another mixcse train"),
     # --- mixcse eval
     ("eval {tmp}/not-a-model --tasks STSBenchmark", "no config.json; no tokenizer files"),
     ("eval {tmp}/missing-model --tasks STSBenchmark", "model path does not exist"),
+    ("eval {tmp}/truncated-model --tasks STSBenchmark", "damaged weights file {tmp}/truncated-model/model.safetensors"),
     ("eval {model} --tasks nope", "unknown task 'nope'"),
     ("eval {model} --tasks retrieval", "--tasks retrieval needs --retrieval-data"),
     ("eval {model} --tasks retrieval --retrieval-data {tmp}", "no qrels for split 'test'"),
@@ -101,9 +122,14 @@ CASES = [
     ("encode {model} --input {corpus} --output {out}/e.npy --batch-size -2", "--batch-size: must be >= 1"),
     ("encode {tmp}/not-a-model --input {corpus} --output {out}/e.npy", "no config.json"),
     ("encode {model} --input {corpus} --output {out}/e.npy --device nope", "cannot load model"),
+    ("encode {tmp}/truncated-model --input {corpus} --output {out}/e.npy",
+     "damaged weights file {tmp}/truncated-model/model.safetensors"),
+    ("encode {tmp}/garbage-model --input {corpus} --output {out}/e.npy", "it is truncated or not a safetensors file"),
     ("encode {model} --input {corpus}", "the following arguments are required: --output"),
     # --- mixcse search
     ("search {model} --corpus {tmp}/missing.txt --query a", "corpus file not found"),
+    ("search {tmp}/garbage-model --corpus {corpus} --query a",
+     "damaged weights file {tmp}/garbage-model/model.safetensors"),
     ("search {model} --corpus {tmp}/corrupt.gz --query a", "Error -3 while decompressing"),
     ("search {model} --corpus {corpus} --query ''", "--query must not be empty"),
     ("search {model} --corpus {corpus} --query a --top-k 0", "--top-k: must be >= 1"),
@@ -122,9 +148,30 @@ CASES = [
 ]
 
 
+def hold_lock(folder: Path) -> subprocess.Popen:
+    """Another process that holds the run lock of ``folder`` until it is killed."""
+    code = ("import fcntl, sys, time; handle = open(sys.argv[1], 'a'); fcntl.flock(handle, fcntl.LOCK_EX); "
+            "print('locked', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(folder / LOCK_FILE)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
 @pytest.fixture(scope="module")
-def bad_files(tmp_path_factory) -> Path:
+def bad_files(tmp_path_factory, tiny_bert, synthetic_data) -> Path:
     tmp = tmp_path_factory.mktemp("bad")
+    for name, damage in (("truncated-model", lambda data: data[:len(data) // 2]),
+                         ("garbage-model", lambda data: b"\x00garbage" * 64)):
+        shutil.copytree(tiny_bert, tmp / name)
+        weights = tmp / name / "model.safetensors"
+        weights.write_bytes(damage(weights.read_bytes()))
+    # a finished run of the recipe below (with select_on=none), one copy with a cut-off checkpoint, one locked
+    mixcse.train({"model": str(tiny_bert), "train_file": str(synthetic_data["corpus"]), "output_dir": str(tmp / "run"),
+                  "max_steps": 2, "batch_size": 8, "select_on": "none"}, progress=False)
+    for name in ("truncated-run", "locked"):
+        shutil.copytree(tmp / "run", tmp / name)
+    state = tmp / "truncated-run/checkpoint/state.pt"
+    state.write_bytes(state.read_bytes()[:state.stat().st_size // 2])
     (tmp / "corrupt.gz").write_bytes(gzip.compress(b"one sentence\n")[:10] + b"\xff" * 40)  # valid header, garbage
     (tmp / "list.yaml").write_text("- a\n- b\n")
     (tmp / "broken.yaml").write_text("model: x\n  bad: [\n")
@@ -138,7 +185,10 @@ def bad_files(tmp_path_factory) -> Path:
     np.save(tmp / "existing.npy", np.zeros((3, 4), dtype=np.float32))
     np.save(tmp / "vector.npy", np.zeros(3, dtype=np.float32))
     (tmp / "garbage.npy").write_bytes(b"not numpy")
-    return tmp
+    holder = hold_lock(tmp / "locked")
+    yield tmp
+    holder.kill()
+    holder.wait()
 
 
 def _snapshot(*roots: Path) -> dict[str, tuple[int, float]]:
@@ -172,6 +222,18 @@ def test_bad_input_is_one_error_line_exit_2_nothing_written(argv, fragment, bad_
     err = capsys.readouterr().err
     error_lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert rc == 2, err
-    assert len(error_lines) == 1 and fragment in error_lines[0], err
+    assert len(error_lines) == 1 and fragment.format(tmp=bad_files) in error_lines[0], err
     assert "Traceback" not in err and err.strip().splitlines()[-1] == error_lines[0]
     assert _snapshot(bad_files, tmp_path, tiny_bert) == before, "a refused command wrote files"
+
+
+def test_a_lock_left_by_a_killed_run_does_not_block(tiny_bert, synthetic_data, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = hold_lock(out)
+    holder.kill()  # the lock dies with its process; the lock file stays
+    holder.wait()
+    assert (out / LOCK_FILE).exists()
+    mixcse.train({"model": str(tiny_bert), "train_file": str(synthetic_data["corpus"]), "output_dir": str(out),
+                  "max_steps": 1, "batch_size": 8, "select_on": "none"}, progress=False)
+    assert (out / "best").is_dir()

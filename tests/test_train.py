@@ -213,3 +213,22 @@ def test_precision_auto_on_cpu_follows_bf16_support(monkeypatch, capsys):
     assert "warning: precision bf16 on a CPU with neither" in capsys.readouterr().err
     monkeypatch.setattr(trainer, "cpu_supports_bf16", lambda: True)
     assert trainer.resolve_precision("bf16", cpu) == "bf16" and capsys.readouterr().err == ""
+
+
+def test_resume_may_lengthen_the_run_and_records_every_changed_key(tiny_bert, synthetic_data, tmp_path, capsys):
+    out = tmp_path / "run"
+    cfg = tiny_config(tiny_bert, synthetic_data, out, max_steps=4, log_steps=1, select_on="none")
+    mixcse.train(cfg)
+    at_4 = _weights(out)["model"]
+    longer = {**cfg, "max_steps": 5, "log_steps": 2}
+    assert mixcse.train(longer, resume=True).steps == 5
+    assert "changed config keys: max_steps (4 -> 5), log_steps (1 -> 2)" in capsys.readouterr().err
+    # the learning rate of step 5 comes from the 5-step schedule (the 4-step one had decayed to 0 at step 4)
+    assert any(not torch.equal(at_4[name], tensor) for name, tensor in _weights(out)["model"].items())
+    history = [{"step": 4, "changed": {"max_steps": [4, 5], "log_steps": [1, 2]}}]
+    resolved = yaml.safe_load((out / "config.yaml").read_text())
+    assert resolved["config"]["max_steps"] == 5 and resolved["total_steps"] == 5 and resolved["history"] == history
+    assert "- from step 4: `max_steps` 4 → 5; `log_steps` 1 → 2" in (out / "best/README.md").read_text()
+    mixcse.train(longer, resume=True)  # nothing changed this time: the history stays as it was
+    assert yaml.safe_load((out / "config.yaml").read_text())["history"] == history
+    assert "changed config keys" not in capsys.readouterr().err
