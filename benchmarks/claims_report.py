@@ -41,10 +41,22 @@ PRESET_NAMES = {"simcse": "SimCSE", "mixcse": "MixCSE", "mixcse-single": "MixCSE
                 "mixcse-released": "MixCSE released-code loss"}
 BACKBONE_NAMES = {"minilm": "A: all-MiniLM-L6-v2 (continued unsupervised training, mean pooling)",
                   "standin": "B: stand-in mini-wiki-mlm (paper recipe: [CLS]+MLP at train, [CLS] at test)"}
-# The paper's BERT-base numbers as the issue quotes them (SimCSE's 74.83 "sic": the issue's figure; SimCSE's own
-# paper reports 76.25). Per-task MixCSE STS: secondary source (docs/released-code.md §4), not checked against the PDF.
+# The MixCSE paper's BERT-base figures (citations, not measurements): mean and std over its runs. MixCSE, single and
+# wo-sg from its ablation table (STS avg / transfer avg); SimCSE's STS avg from its main table (SimCSE's own paper
+# reports 76.25). Per-task MixCSE STS: secondary source (docs/released-code.md §4), not checked against the PDF.
 PAPER = {"simcse": {"sts": 74.83}, "mixcse": {"sts": 77.66, "transfer": 86.33},
-         "mixcse-single": {"sts": 76.43}, "mixcse-wo-sg": {"sts": 75.74}}
+         "mixcse-single": {"sts": 76.43, "transfer": 85.86}, "mixcse-wo-sg": {"sts": 75.74, "transfer": 84.55}}
+PAPER_STD = {"simcse": {"sts": 2.32}, "mixcse": {"sts": 0.61, "transfer": 0.26},
+             "mixcse-single": {"sts": 0.11, "transfer": 0.04}, "mixcse-wo-sg": {"sts": 0.87, "transfer": 0.27}}
+
+
+def paper_cell(preset: str, field: str) -> str:
+    """The paper's figure for ``preset`` as a table cell, "mean ± std" when the paper gives a std; "--" if none."""
+    value = PAPER.get(preset, {}).get(field)
+    if value is None:
+        return "--"
+    std = PAPER_STD.get(preset, {}).get(field)
+    return number(value) + (f" ± {number(std)}" if std is not None else "")
 PAPER_MIXCSE_STS_TASKS = {"STS12": 71.71, "STS13": 83.14, "STS14": 75.49, "STS15": 83.64, "STS16": 79.00,
                           "STSBenchmark": 78.48, "SICKRelatedness": 72.19, "avg": 77.66}
 ABLATION = PAPER_PRESETS[1:]  # claim 3: full > single > wo-sg
@@ -420,12 +432,12 @@ def ablation_table(data: dict, backbone: str) -> list[str]:
     rows = [[f"*{b['label']}* (baseline)", "--", "--", number(b.get("stsb_dev")), number(sts_avg(b))]
             + [number(fn(b)) for _, _, fn in probes] + ["", ""] for b in _baselines(data, backbone)]
     for (preset, lam, steps, mode), runs in groups(data["runs"], backbone).items():
-        paper = PAPER.get(preset, {}) if lam == PRESET_LAM.get(preset, lam) else {}
+        in_paper = lam == PRESET_LAM.get(preset, lam)
         rows.append([variant_label(preset, lam, mode), str(steps),
                      cell([r.get("best_step") for r in runs], 0, show_n=False),
                      cell([r.get("best_dev") for r in runs], show_n=False), cell([sts_avg(r) for r in runs])]
                     + [cell([fn(r) for r in runs]) for _, _, fn in probes]
-                    + [number(paper.get("sts")), number(paper.get("transfer"))])
+                    + ([paper_cell(preset, "sts"), paper_cell(preset, "transfer")] if in_paper else ["--", "--"]))
     return markdown_table(header, rows)
 
 
