@@ -149,7 +149,12 @@ def encoder(tiny_bert):
 
 
 def test_encode_units_gives_each_list_the_bits_of_its_own_encode(encoder):
-    assert encoder.rows_are_independent(UNITS["c"], batch_size=8)
+    from mixcse.evaluation.encoding import _shares_rows
+
+    if not encoder.rows_are_independent(UNITS["c"], batch_size=8):
+        # this CPU's kernels give a row other bits with other batch-mates: evaluation must not share rows
+        assert not _shares_rows(encoder, UNITS["c"], 8)
+        pytest.skip("rows depend on their batch-mates with this CPU's kernels; evaluation encodes task by task")
     for threads in (1, 2):
         got = encoder.encode_units(UNITS, batch_size=3, threads=threads)
         for name, sentences in UNITS.items():
@@ -164,8 +169,9 @@ def test_evaluation_encoding_fast_and_reference_paths_agree(encoder, tmp_path):
 
     fast, stats = encode_units(encoder, UNITS, batch_size=4)
     plain, plain_stats = encode_units(encoder, UNITS, batch_size=4, reference=True)
-    assert stats["computation"].startswith("each (sentence, padded width) once") and \
-        plain_stats["computation"] == "task by task"
+    shared = encoder.rows_are_independent(UNITS["c"], batch_size=4)  # this CPU's kernels decide (see above)
+    assert stats["computation"].startswith("each (sentence, padded width) once") == shared
+    assert plain_stats["computation"] == "task by task"
     for name in UNITS:
         assert fast[name][0] == plain[name][0] and np.array_equal(fast[name][1], plain[name][1])
     # a cache written by one path serves the other
