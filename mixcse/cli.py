@@ -35,8 +35,9 @@ def _report(result) -> None:
     fmt = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
     metric = METRIC_NAMES.get(result.select_metric, result.select_metric)
     print(f"start {metric} {fmt(result.raw_dev)} -> best {fmt(result.best_dev)} at step {result.best_step}; "
-          f"{result.steps} steps in {result.train_seconds:.1f}s ({result.sentences_per_second:.1f} sentences/s); "
-          f"model in {result.output_dir}/best")
+          f"{result.steps} steps in {result.train_seconds:.1f}s ({result.sentences_per_second:.1f} sentences/s)"
+          + (f", {result.wall_seconds:.0f}s wall in all" if result.wall_seconds is not None else "")
+          + f"; model in {result.output_dir}/best")
     if result.test_pairs:
         print("held-out pairs (never used for selection), start -> best: " + "; ".join(
             f"{name} {r['metric'].upper() if r['metric'] == 'ap' else r['metric']} {fmt(r['start'])} -> "

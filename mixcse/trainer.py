@@ -49,6 +49,7 @@ class TrainResult:
     select_metric: str | None = None  # the selector's name (e.g. "stsb_dev"); None when nothing selected
     is_main: bool = True  # False on the other ranks of a distributed run, whose step counters are not the run's
     test_pairs: dict | None = None  # {file name: {metric, start, best}} for the config's test_pairs
+    wall_seconds: float | None = None  # the whole call: loading, selection, training, saving
 
 
 def cpu_supports_bf16() -> bool:
@@ -129,6 +130,7 @@ def _file_stamp(path: Path) -> tuple[int, int] | None:
 
 def _train(config: TrainConfig | dict, *, overwrite: bool, resume: bool, progress: bool | None,
            held: contextlib.ExitStack) -> TrainResult:
+    started = time.perf_counter()
     cfg = config if isinstance(config, TrainConfig) else build_config(dict(config))
     cfg.validate()
     ctx = distributed.init_from_env()
@@ -368,6 +370,7 @@ def _train(config: TrainConfig | dict, *, overwrite: bool, resume: bool, progres
                        inference_max_seq_length=inference_length)
         if held_out is not None:
             summary["test_pairs"] = _held_out_report(held_out, state, out, ctx.device)
+        summary["wall_seconds"] = time.perf_counter() - started  # this call's (a resumed run: since the resume)
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         _write_card(out, resolved, summary)
         if summary["start_won"]:
@@ -378,7 +381,8 @@ def _train(config: TrainConfig | dict, *, overwrite: bool, resume: bool, progres
     return TrainResult(str(out), state["step"], state["best_step"], state["best_dev"], state["raw_dev"],
                        state["train_seconds"], state["sentences_seen"] / max(state["train_seconds"], 1e-9),
                        selector.name if selector else None, ctx.is_main,
-                       summary.get("test_pairs") if ctx.is_main else None)
+                       summary.get("test_pairs") if ctx.is_main else None,
+                       summary.get("wall_seconds") if ctx.is_main else None)
 
 
 def _held_out_report(held_out: HeldOutPairs, state: dict, out: Path, device: torch.device) -> dict:

@@ -177,3 +177,16 @@ def test_the_main_jobs_model_name_resolves_to_the_offline_wheel(capsys, monkeypa
     with pytest.raises(mixcse.MixCSEError, match="hub cannot be reached"):
         resolve_model("someone/not-cached-anywhere")
     assert resolve_model(str(MQP)) == str(MQP)  # a local folder stays as it is
+
+
+def test_the_shipped_recipes_are_the_measured_recipe():
+    """The medical-questions recipes train with the settings of the benchmark's 3-seed rows (its results file)."""
+    from mixcse.config import load_recipe
+
+    repo = Path(__file__).resolve().parents[1]
+    results = json.loads((repo / "benchmarks" / "results" / "similarity_adaptation.json").read_text())
+    measured = {r["method"]: r["settings"] for r in results["runs"]}
+    for loss in ("mixcse", "simcse"):
+        cfg = load_recipe(repo / "recipes" / "domain" / f"medical-questions-minilm-{loss}.yaml")
+        assert cfg.loss == loss and cfg.select_on == "pairs" and cfg.segment == "line" and cfg.pooler == "avg"
+        assert {k: getattr(cfg, k) for k in measured[loss]} == measured[loss]
