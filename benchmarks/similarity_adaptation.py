@@ -260,6 +260,12 @@ def summary_rows(results: dict) -> list[dict]:
             values = np.asarray([r[metric] for r in runs if r.get(metric) is not None], dtype=float)
             row[metric] = (float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0) \
                 if len(values) else None
+        for metric in ("seconds", "peak_rss_mb", "peak_gpu_mb"):  # costs differ by machine: kept apart
+            by_machine: dict[str, list[float]] = {}
+            for r in runs:
+                if r.get(metric) is not None:
+                    by_machine.setdefault(short_machine(r.get("machine", "?")), []).append(r[metric])
+            row[f"{metric}_by_machine"] = {m: float(np.mean(v)) for m, v in by_machine.items()}
         row["test_above_zero_shot"] = sum(r["mqp_test_ap"] > results["zero_shot"]["mqp_test_ap"] for r in runs)
         for other in ("simcse", "tsdae"):
             if other == method or other not in by_method:
@@ -275,10 +281,16 @@ def summary_rows(results: dict) -> list[dict]:
     return rows
 
 
-def memory(row: dict) -> str:
-    if row.get("peak_rss_mb"):
-        return f"{row['peak_rss_mb'][0]:.0f} (RSS)"
-    return f"{row['peak_gpu_mb'][0]:.0f} (GPU)" if row.get("peak_gpu_mb") else "–"
+def short_machine(label: str) -> str:
+    return "GPU" if "NVIDIA" in label or "GPU" in label else "CPU"
+
+
+def cost(row: dict) -> tuple[str, str]:
+    """Mean seconds a run and mean peak memory, per kind of machine (GPU rows: GPU memory; CPU rows: RSS)."""
+    seconds = ", ".join(f"{v:.0f} ({m})" for m, v in sorted(row["seconds_by_machine"].items()))
+    memory = [f"{v:.0f} (GPU)" for v in row["peak_gpu_mb_by_machine"].values()] + \
+        [f"{v:.0f} (CPU RSS)" for v in row["peak_rss_mb_by_machine"].values()]
+    return seconds or "–", ", ".join(memory) or "–"
 
 
 def render(results: dict) -> str:
@@ -286,15 +298,16 @@ def render(results: dict) -> str:
     rows = summary_rows(results)
     fmt = lambda ms: f"{ms[0]:.2f} ± {ms[1]:.2f}"  # noqa: E731
     rows = [r for r in rows if r["seeds"]]
-    lines = ["| method | seeds | MQP dev AP | MQP test AP | RQE test AP | STS-B test | seconds | peak memory MB | "
-             "test vs SimCSE | test vs TSDAE |", "|---|---|---|---|---|---|---|---|---|---|",
+    lines = ["| method | seeds | MQP dev AP | MQP test AP | RQE test AP | STS-B test | seconds a run | peak memory MB | "
+             "seeds above zero-shot (test) | test vs SimCSE | test vs TSDAE |",
+             "|---|---|---|---|---|---|---|---|---|---|---|",
              f"| zero-shot | – | {zs['mqp_dev_ap']:.2f} | {zs['mqp_test_ap']:.2f} | {zs['rqe_test_ap']:.2f} | "
-             f"{zs['stsb_test']:.2f} | – | – | – | – |"]
+             f"{zs['stsb_test']:.2f} | – | – | – | – | – |"]
     for row in rows:
         vs = [f"{row[k]['diff']:+.2f} (p = {row[k]['p']:.2g})" if k in row else "–" for k in ("vs_simcse", "vs_tsdae")]
         lines.append(f"| {row['method']} | {row['seeds']} | {fmt(row['mqp_dev_ap'])} | {fmt(row['mqp_test_ap'])} | "
-                     f"{fmt(row['rqe_test_ap'])} | {fmt(row['stsb_test'])} | {row['seconds'][0]:.0f} | "
-                     f"{memory(row)} | {vs[0]} | {vs[1]} |")
+                     f"{fmt(row['rqe_test_ap'])} | {fmt(row['stsb_test'])} | {cost(row)[0]} | {cost(row)[1]} | "
+                     f"{row['test_above_zero_shot']}/{row['seeds']} | {vs[0]} | {vs[1]} |")
     return "\n".join(lines)
 
 
