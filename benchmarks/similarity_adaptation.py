@@ -349,10 +349,13 @@ def write_report(results: dict, docs: Path) -> None:
             "benchmarks/results/similarity_adaptation.json; do not edit -->", "",
             "# Similarity adaptation: the measured table", "",
             "Machines: " + "; ".join(sorted({r.get("machine", "?") for r in results["runs"] + results["sweep"]}))
-            + " (each row's `machine` in the JSON). Recipe: "
-            + ", ".join(f"{k} {v}" for k, v in results["recipe"].items()) + ".", "", render(results), ""]
+            + " (each row's `machine` in the JSON). The table's recipe: "
+            + "; ".join(", ".join(f"{k} {v}" for k, v in settings.items())
+                        for settings in {json.dumps(r["settings"], sort_keys=True): r["settings"]
+                                         for r in results["runs"]}.values()) + ".", "", render(results), ""]
     if results.get("sweep"):
-        text += ["## Exploration (single seeds)", "", render_sweep(results), ""]
+        text += ["## Exploration (single seeds)", "", "One setting changed at a time from: "
+                 + ", ".join(f"{k} {v}" for k, v in results["recipe"].items()) + ".", "", render_sweep(results), ""]
     (docs / "similarity_adaptation_results.md").write_text("\n".join(text))
     if results["runs"]:
         figure(results, docs / "similarity_adaptation.png")
