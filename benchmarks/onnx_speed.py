@@ -16,6 +16,7 @@ Results are merged into benchmarks/results/onnx.json (each part replaces its own
 
     flock /work/cpu.lock python benchmarks/onnx_speed.py            # speed + quality, ~15 min on 2 cores
     flock /work/cpu.lock python benchmarks/onnx_speed.py --eval     # the two full evaluations, ~15 min
+    python benchmarks/onnx_speed.py --table                         # the docs table, from onnx.json
 """
 
 from __future__ import annotations
@@ -120,13 +121,42 @@ def full_eval(folder: Path) -> dict:
             "speedup_encode": round(t["phases_seconds"]["encode"] / o["phases_seconds"]["encode"], 2)}
 
 
+def table(record: dict) -> str:
+    """The markdown table of docs/performance.md, from onnx.json."""
+    lines = []
+    for model, e in record["models"].items():
+        if "speed" not in e:
+            continue
+        lines += [f"{model}, {record['threads']} threads ({record['machine']['cpu']}, {record['date'][:10]}):", "",
+                  "| | file MB | batch 1: sent/s (× torch) | batch 64: sent/s (× torch) | cosine to torch min / mean "
+                  "| STS avg | MQP pair AP | SciFact nDCG@10 |", "|---|---|---|---|---|---|---|---|"]
+        files = {"torch fp32": "model.safetensors", "onnx fp32": "onnx/model.onnx",
+                 "onnx int8 per-channel": "onnx/model_qint8.onnx",
+                 "onnx int8 per-tensor": "onnx/model_qint8_per_tensor.onnx"}
+        for name, q in e["quality"].items():
+            cells = [name, f"{e['file_mb'][files[name]]:.1f}"]
+            for b in ("batch_1", "batch_64"):
+                sp = e["speed"][b]
+                ratio = sp["speedup_vs_torch"].get(name)
+                cells.append(f"{sp['sentences_per_second'][name]:.1f}" + (f" ({ratio:.2f}×)" if ratio else ""))
+            cells += [f"{q['cosine_to_torch_fp32']['min']:.4f} / {q['cosine_to_torch_fp32']['mean']:.4f}",
+                      f"{q['sts_avg']:.2f}", f"{q['mqp_test_pair_ap']:.2f}", f"{q['scifact_test_ndcg@10']:.2f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="model folder (default all-MiniLM-L6-v2)")
     parser.add_argument("--name", default="all-MiniLM-L6-v2", help="its name in the JSON")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per side (default 5)")
     parser.add_argument("--eval", action="store_true", help="the two full evaluations instead of speed/quality")
+    parser.add_argument("--table", action="store_true", help="print docs/performance.md's table from onnx.json")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(OUT.read_text())))
+        return
     import torch
 
     from mixcse.evaluation.data import load_stsb
