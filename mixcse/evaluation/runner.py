@@ -117,14 +117,13 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
     """Run the SentEval protocol (see the package docstring) and return the results dict (x100 scale).
 
     `encoder`: an object with `.encode(list[str], batch_size=...)`, a callable `list[str] -> array`, or a
-    model path (loaded with `SentenceEncoder.load(path, pooler=pooler, precision=precision, backend=backend)`). `classifier`: the
-    transfer probe, "senteval-pytorch" (SentEval's PyTorch probe, the papers' protocol) or "sklearn-converged" (see
-    `classifiers`). `workers > 1` runs the transfer probes
-    (single-threaded, ~90% of a full evaluation's CPU time) in that many processes; each task is computed exactly
-    as in one process, so the results are the same. The "retrieval" task reads the BEIR folder `retrieval_data`
-    (split `retrieval_split`) and encodes its documents at `max_seq_length` (None: the encoder's own).
-    `reference=True` takes the plain paths the fast ones are tested against (unit-by-unit encoding, the probes'
-    reference engines): the same numbers, slower."""
+    model path (loaded with `SentenceEncoder.load(path, pooler=pooler, precision=precision, backend=backend)`).
+    `classifier`: the transfer probe, "senteval-pytorch" (SentEval's PyTorch probe, the papers' protocol) or
+    "sklearn-converged" (see `classifiers`). `workers > 1` runs the transfer probes (single-threaded, ~90% of a full
+    evaluation's CPU time) in that many processes; each task is computed exactly as in one process, so the results
+    are the same. The "retrieval" task reads the BEIR folder `retrieval_data` (split `retrieval_split`) and encodes
+    its documents at `max_seq_length` (None: the encoder's own). `reference=True` takes the plain paths the fast
+    ones are tested against (unit-by-unit encoding, the probes' reference engines): the same numbers, slower."""
     if mode not in KFOLD:
         raise ValueError(f"mode must be 'test' or 'fasttest', not {mode!r}")
     if workers < 1:
