@@ -1,4 +1,4 @@
-"""``mixcse`` command line: train | eval | encode | search | data."""
+"""``mixcse`` command line: train | eval | encode | search | export | data."""
 
 from __future__ import annotations
 
@@ -86,13 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Imported unconditionally: a broken import must surface as itself, not as "invalid choice: eval".
     from .evaluation.command import add_data_arguments, add_eval_arguments, run_data, run_eval
+    from .export import add_export_arguments, run_export
     from .inference_cli import add_encode_arguments, add_search_arguments, run_encode, run_search
 
     for name, help_text, add_arguments, run in (
             ("eval", "SentEval protocol (STS, transfer, analysis) and retrieval", add_eval_arguments, run_eval),
             ("data", "download benchmark data and the training corpus", add_data_arguments, run_data),
             ("encode", "embed a file of sentences", add_encode_arguments, run_encode),
-            ("search", "exact cosine search over a corpus", add_search_arguments, run_search)):
+            ("search", "exact cosine search over a corpus", add_search_arguments, run_search),
+            ("export", "write a model folder with its ONNX graph (onnxruntime backend)", add_export_arguments,
+             run_export)):
         p = sub.add_parser(name, help=help_text)
         add_arguments(p)
         p.set_defaults(func=run)

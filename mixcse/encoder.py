@@ -6,16 +6,14 @@ import contextlib
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from .errors import MixCSEError
 from .model import Encoder, load_encoder
 from .progress import Progress
-
-if TYPE_CHECKING:
-    from .search import SearchHit
+from .search import EncoderMethods
 
 
 def _fingerprint(name_or_path: str, pooler: str) -> str:
@@ -33,9 +31,10 @@ def _fingerprint(name_or_path: str, pooler: str) -> str:
 
 
 PRECISIONS = ("fp32", "bf16")
+BACKENDS = ("torch", "onnx")
 
 
-class SentenceEncoder:
+class SentenceEncoder(EncoderMethods):
     """Frozen sentence embeddings: length-sorted batches, no padding beyond each batch, input order preserved.
 
     ``precision="bf16"`` runs the forward pass under bfloat16 autocast (outputs stay float32): on CPUs with AVX512-BF16
@@ -56,7 +55,23 @@ class SentenceEncoder:
 
     @classmethod
     def load(cls, name_or_path: str | os.PathLike, *, pooler: str | None = None, device: str | None = None,
-             trust_remote_code: bool = False, precision: str = "fp32") -> "SentenceEncoder":
+             trust_remote_code: bool = False, precision: str = "fp32", backend: str = "torch",
+             threads: int | None = None):
+        """A `SentenceEncoder` (``backend="torch"``), or with ``backend="onnx"`` an
+        `mixcse.onnx_backend.OnnxSentenceEncoder` (same interface, onnxruntime on the folder's ``onnx/model.onnx``
+        written by ``mixcse export``; ``precision="int8"`` takes ``onnx/model_qint8.onnx``; ``threads``: its
+        intra-op threads)."""
+        if backend not in BACKENDS:
+            raise MixCSEError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+        if backend == "onnx":
+            from .onnx_backend import OnnxSentenceEncoder
+
+            if device not in (None, "cpu"):
+                raise MixCSEError(f"the onnx backend runs on the CPU; --device {device} is for the torch backend")
+            if trust_remote_code:
+                raise MixCSEError("the onnx backend runs an exported graph; --trust-remote-code is for the torch "
+                                  "backend")
+            return OnnxSentenceEncoder.load(name_or_path, pooler=pooler, precision=precision, threads=threads)
         name_or_path = str(name_or_path)
         encoder, tokenizer, info = load_encoder(name_or_path, pooler=pooler, trust_remote_code=trust_remote_code)
         encoder.eval()
@@ -69,6 +84,10 @@ class SentenceEncoder:
     @property
     def pooler(self) -> str:
         return self.encoder.test_pooler
+
+    @property
+    def dimension(self) -> int:
+        return self.encoder.hidden_size
 
     def _autocast(self):
         """bf16 autocast when asked for; autocast is thread-local, so each encoding thread enters its own."""
@@ -190,37 +209,3 @@ class SentenceEncoder:
             torch.set_num_threads(before)
             self.encoder.train(was_training)
         return {name: out[rows] for name, rows in plan.items()}
-
-    def search(self, queries: str | list[str], corpus: list[str] | np.ndarray, top_k: int = 5, *,
-               batch_size: int = 64, backend: str = "auto") -> list[list["SearchHit"]]:
-        """The ``top_k`` corpus entries closest to each query by cosine similarity, best first.
-
-        ``queries``: a sentence or a list of them. ``corpus``: a list of sentences (encoded here) or an (n, d)
-        array of this encoder's embeddings (from ``encode`` or ``mixcse encode``). Returns one list of
-        ``SearchHit(index, score, sentence)`` per query; ``sentence`` is None when the corpus was given as an array.
-        Exact search, with faiss when installed (``backend="auto"``), else numpy.
-        """
-        from .search import SearchHit, top_k_cosine
-
-        queries = [queries] if isinstance(queries, str) else list(queries)
-        if not queries:
-            return []
-        sentences = None
-        if isinstance(corpus, np.ndarray):
-            corpus_emb = corpus
-        else:
-            sentences = list(corpus)
-            corpus_emb = self.encode(sentences, batch_size=batch_size)
-        scores, indices = top_k_cosine(self.encode(queries, batch_size=batch_size), corpus_emb, top_k,
-                                       backend=backend)
-        return [[SearchHit(int(i), float(s), sentences[i] if sentences is not None else None)
-                 for s, i in zip(row_s, row_i)] for row_s, row_i in zip(scores, indices)]
-
-    @staticmethod
-    def similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Cosine similarity matrix between rows of a and rows of b."""
-        a = np.atleast_2d(a).astype(np.float32)
-        b = np.atleast_2d(b).astype(np.float32)
-        a = a / np.clip(np.linalg.norm(a, axis=1, keepdims=True), 1e-12, None)
-        b = b / np.clip(np.linalg.norm(b, axis=1, keepdims=True), 1e-12, None)
-        return a @ b.T

@@ -70,8 +70,10 @@ def check_safetensors(path: str | os.PathLike) -> None:
                           f"copy or download the model again") from None
 
 
-def read_model_dir(path: str | os.PathLike) -> ModelDirInfo:
-    """What a local model directory holds: a plain HF model, or a sentence-transformers/mixcse model."""
+def read_model_dir(path: str | os.PathLike, *, framework: str = "pt") -> ModelDirInfo:
+    """What a local model directory holds: a plain HF model, or a sentence-transformers/mixcse model.
+
+    ``framework``: the MLP head's weights as torch tensors ("pt") or numpy arrays ("np", no torch import)."""
     root = Path(path)
     modules_file = root / "modules.json"
     if not modules_file.exists():
@@ -95,7 +97,10 @@ def read_model_dir(path: str | os.PathLike) -> ModelDirInfo:
             layers = tuple(read_json(sub / "config.json")["layers"])
             info.pooler = next(k for k, v in LAYER_POOLERS.items() if v == layers)
         elif kind.endswith(".Dense"):
-            from safetensors.torch import load_file
+            if framework == "np":
+                from safetensors.numpy import load_file
+            else:
+                from safetensors.torch import load_file
 
             # Only SimCSE's MLP head (square dense + tanh on [CLS]) has a mixcse equivalent; any other Dense
             # (e.g. a projection after mean pooling) would silently give other embeddings.

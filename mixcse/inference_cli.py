@@ -20,6 +20,8 @@ from .model import POOLERS
 from .reader import read_nonblank
 
 OUTPUT_FORMATS = (".npy", ".safetensors")
+BACKENDS = ("torch", "onnx")
+PRECISIONS = ("fp32", "bf16", "int8")
 SAFETENSORS_KEY = "embeddings"
 
 
@@ -102,9 +104,26 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
                         "HF model)")
     p.add_argument("--batch-size", type=_positive_int, default=64, help="sentences per forward pass (default 64)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    add_backend_arguments(p)
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code from the model dir")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress (a bar on a terminal, else a line on stderr every 30 s)")
+
+
+def add_backend_arguments(p: argparse.ArgumentParser, precisions: tuple[str, ...] = PRECISIONS) -> None:
+    p.add_argument("--backend", choices=BACKENDS, default="torch",
+                   help="torch (default), or onnx: onnxruntime on the folder's onnx/model.onnx, written by `mixcse "
+                        "export` (CPU, no torch at run time; embeddings equal torch's to 1e-4)")
+    p.add_argument("--precision", choices=precisions, default="fp32",
+                   help="fp32 (default); bf16: torch backend, bfloat16 autocast; int8: onnx backend, "
+                        "onnx/model_qint8.onnx (`mixcse export --quantize int8`)")
+
+
+def check_backend(backend: str, precision: str) -> None:
+    """The precisions each backend has: bf16 is torch's autocast, int8 an exported quantised graph."""
+    allowed = {"torch": ("fp32", "bf16"), "onnx": ("fp32", "int8")}[backend]
+    if precision not in allowed:
+        raise MixCSEError(f"--precision {precision} needs --backend {'torch' if precision == 'bf16' else 'onnx'}")
 
 
 def add_encode_arguments(p: argparse.ArgumentParser) -> None:
@@ -128,12 +147,12 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=_positive_int, default=5, help="results per query (default 5)")
     p.add_argument("--corpus-embeddings", metavar="EMB", default=None,
                    help="embeddings of --corpus from 'mixcse encode' with the same model (skips encoding it)")
-    p.add_argument("--backend", choices=("auto", "numpy", "faiss"), default="auto",
-                   help="search backend (default auto: faiss if importable)")
+    p.add_argument("--index", choices=("auto", "numpy", "faiss"), default="auto",
+                   help="exact search with faiss or numpy (default auto: faiss if importable)")
 
 
-def _device(name: str | None) -> str:
-    if name:
+def _device(name: str | None, backend: str = "torch") -> str | None:
+    if name or backend != "torch":
         return name
     import torch
 
@@ -143,9 +162,11 @@ def _device(name: str | None) -> str:
 def _load(args: argparse.Namespace):
     from .encoder import SentenceEncoder
 
+    check_backend(args.backend, args.precision)
     try:
-        return SentenceEncoder.load(args.model, pooler=args.pooler, device=_device(args.device),
-                                    trust_remote_code=args.trust_remote_code)
+        return SentenceEncoder.load(args.model, pooler=args.pooler, device=_device(args.device, args.backend),
+                                    trust_remote_code=args.trust_remote_code, backend=args.backend,
+                                    precision=args.precision)
     except RuntimeError as exc:  # e.g. an unknown or unavailable torch device
         raise MixCSEError(f"cannot load model {args.model!r}: {str(exc).splitlines()[0]}") from None
 
@@ -168,6 +189,7 @@ def run_encode(args: argparse.Namespace) -> int:
 
         embeddings = normalize_rows(embeddings)
     save_embeddings(output, embeddings, metadata={"model": str(args.model), "pooler": encoder.pooler,
+                                                   "backend": args.backend, "precision": args.precision,
                                                    "normalized": str(bool(args.normalize)).lower(),
                                                    "rows": str(len(sentences))})
     if blank:
@@ -180,7 +202,7 @@ def run_encode(args: argparse.Namespace) -> int:
 def run_search(args: argparse.Namespace) -> int:
     from .search import resolve_backend, top_k_cosine
 
-    backend = resolve_backend(args.backend)
+    backend = resolve_backend(args.index)
     sentences, _ = read_lines(args.corpus, "corpus")
     stored = load_embeddings(args.corpus_embeddings) if args.corpus_embeddings else None
     if stored is not None and stored.shape[0] != len(sentences):
@@ -193,9 +215,8 @@ def run_search(args: argparse.Namespace) -> int:
     show = _show_progress(args)
     corpus = stored if stored is not None else encoder.encode(sentences, batch_size=args.batch_size,
                                                               show_progress=show)
-    if corpus.shape[1] != encoder.encoder.hidden_size:
-        raise MixCSEError(f"--corpus-embeddings have {corpus.shape[1]} dimensions, the model "
-                          f"{encoder.encoder.hidden_size}")
+    if corpus.shape[1] != encoder.dimension:
+        raise MixCSEError(f"--corpus-embeddings have {corpus.shape[1]} dimensions, the model {encoder.dimension}")
     scores, indices = top_k_cosine(encoder.encode(queries, batch_size=args.batch_size), corpus, args.top_k,
                                    backend=backend)
     for n, query in enumerate(queries):

@@ -76,7 +76,8 @@ def test_too_few_fields_and_bad_labels(data):
 
 
 def test_cli_prints_one_error_line(data, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None, precision="fp32": fake)
+    monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None, precision="fp32",
+                        backend="torch": fake)
     (data / "SICK" / "SICK_test_annotated.txt").write_text("pair_ID\tA\tB\tscore\n1\ta\tb\tbad\n")
     rc = cli.main(["eval", "some-model", "--tasks", "SICK-R", "--data-dir", str(data)])
     err = capsys.readouterr().err.strip().splitlines()

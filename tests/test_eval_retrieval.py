@@ -229,7 +229,8 @@ def test_runner_and_tables(beir):
 
 
 def test_cli_retrieval_json_and_errors(beir, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None, precision="fp32": bag_of_words)
+    monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None, precision="fp32",
+                        backend="torch": bag_of_words)
     out = tmp_path / "r.json"
     assert cli.main(["eval", "m", "--tasks", "retrieval", "--retrieval-data", str(beir), "--split", "test",
                          "--output", str(out)]) == 0

@@ -199,7 +199,8 @@ def test_plots(tmp_path):
 
 
 def test_cli_writes_json_and_refuses_overwrite(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None, precision="fp32": hashed)
+    monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None, precision="fp32",
+                        backend="torch": hashed)
     out = tmp_path / "res.json"
     argv = ["eval", "m", "--tasks", "sts", "--data-dir", str(FIXTURE), "--output", str(out)]
     assert cli.main(argv) == 0

@@ -120,7 +120,7 @@ def parse_hits(out: str) -> list[tuple[int, float, str]]:
 def test_search_prints_rank_score_sentence(model_dir, reference, corpus_file, capsys):
     query = SENTENCES[4]
     code, out, err = run(capsys, "search", model_dir, "--corpus", corpus_file, "--query", query, "--top-k", 3,
-                         "--backend", "numpy")
+                         "--index", "numpy")
     assert code == 0, err
     assert out.splitlines()[0] == f"query: {query}"
     hits = parse_hits(out)
@@ -137,13 +137,13 @@ def test_search_with_stored_embeddings_and_backends(model_dir, corpus_file, tmp_
     assert run(capsys, "encode", model_dir, "--input", corpus_file, "--output", emb)[0] == 0
     args = ["search", model_dir, "--corpus", corpus_file, "--query", SENTENCES[0], "--query", "t7w7 t6w6",
             "--top-k", 10]
-    code, fresh, _ = run(capsys, *args, "--backend", "numpy")
+    code, fresh, _ = run(capsys, *args, "--index", "numpy")
     assert code == 0 and fresh.count("query: ") == 2
     assert len(parse_hits(fresh)) == 2 * len(SENTENCES)  # top-k is capped at the corpus size
-    code, stored, _ = run(capsys, *args, "--backend", "numpy", "--corpus-embeddings", emb)
+    code, stored, _ = run(capsys, *args, "--index", "numpy", "--corpus-embeddings", emb)
     assert code == 0 and stored == fresh
     if search_mod.faiss_available():
-        code, with_faiss, _ = run(capsys, *args, "--backend", "faiss")
+        code, with_faiss, _ = run(capsys, *args, "--index", "faiss")
         assert code == 0
         assert [h[2] for h in parse_hits(with_faiss)] == [h[2] for h in parse_hits(fresh)]
 
@@ -159,7 +159,7 @@ def test_search_errors(model_dir, corpus_file, tmp_path, capsys, monkeypatch):
     code, _, err = run(capsys, "search", model_dir, "--corpus", corpus_file, "--query", " ")
     assert code == 2 and "--query must not be empty" in err
     monkeypatch.setattr(search_mod, "faiss_available", lambda: False)
-    code, _, err = run(capsys, "search", model_dir, "--corpus", corpus_file, "--query", "x", "--backend", "faiss")
+    code, _, err = run(capsys, "search", model_dir, "--corpus", corpus_file, "--query", "x", "--index", "faiss")
     assert code == 2 and "pip install 'mixcse[faiss]'" in err
 
 

@@ -12,16 +12,17 @@ from pathlib import Path
 
 from ..errors import MixCSEError
 from ..fileio import atomic_write_json, unwritable_reason
+from ..inference_cli import check_backend
 from ..jsonfiles import to_jsonable
 from .classifiers import CLASSIFIER_ALIASES, CLASSIFIERS, DEFAULT_CLASSIFIER
 from .data import default_data_dir
 from .runner import evaluate, expand_tasks, format_tables
 
 
-def resolve_encoder(model, pooler=None, precision="fp32"):  # indirection so tests can substitute a fake encoder
+def resolve_encoder(model, pooler=None, precision="fp32", backend="torch"):  # tests substitute a fake encoder
     from .encoding import resolve_encoder as _resolve
 
-    return _resolve(model, pooler=pooler, precision=precision)
+    return _resolve(model, pooler=pooler, precision=precision, backend=backend)
 
 
 def _error(msg: str) -> int:
@@ -54,11 +55,14 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--overwrite", action="store_true", help="allow replacing an existing --output file")
     parser.add_argument("--cache-dir", default=None, help="on-disk embedding cache, keyed by model fingerprint")
     parser.add_argument("--batch-size", type=int, default=64, help="encoding batch size (default 64)")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                        help="bf16: encode under bfloat16 autocast, ~2x faster on CPUs with AVX512-BF16/AMX and on "
-                             "GPUs; STS moves by ~0.01, a transfer probe's choice of L2 can flip (MRPC -0.87 "
-                             "measured): for quick looks, not for tables (docs/evaluation.md); model cards keep fp32 "
-                             "results only")
+    parser.add_argument("--backend", choices=("torch", "onnx"), default="torch",
+                        help="torch (default), or onnx: onnxruntime on the folder's onnx/model.onnx from `mixcse "
+                             "export` (docs/integration.md); model cards keep torch fp32 results only")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32",
+                        help="bf16 (torch backend): encode under bfloat16 autocast, ~2x faster on CPUs with "
+                             "AVX512-BF16/AMX and on GPUs; STS moves by ~0.01, a transfer probe's choice of L2 can "
+                             "flip (MRPC -0.87 measured): for quick looks, not for tables (docs/evaluation.md); "
+                             "int8 (onnx backend): onnx/model_qint8.onnx, results labelled precision int8")
     parser.add_argument("--retrieval-data", default=None,
                         help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) for --tasks retrieval")
     parser.add_argument("--pairs-data", nargs="+", default=None, metavar="FILE",
@@ -102,9 +106,14 @@ def run_eval(args: argparse.Namespace) -> int:
         return _error("--max-seq-length must be at least 1")
     if args.cache_dir is not None and Path(args.cache_dir).exists() and not Path(args.cache_dir).is_dir():
         return _error(f"--cache-dir {args.cache_dir} exists and is not a folder")
+    backend = getattr(args, "backend", "torch")
+    try:
+        check_backend(backend, args.precision)
+    except MixCSEError as exc:
+        return _error(str(exc))
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     try:
-        encoder = resolve_encoder(args.model, pooler=args.pooler, precision=args.precision)
+        encoder = resolve_encoder(args.model, pooler=args.pooler, precision=args.precision, backend=backend)
         results = evaluate(encoder, tasks=tasks, data_dir=data_dir, mode=args.mode, classifier=args.classifier,
                            cache_dir=args.cache_dir, batch_size=args.batch_size, workers=args.workers,
                            retrieval_data=retrieval_data, retrieval_split=getattr(args, "split", "test"),
@@ -116,7 +125,8 @@ def run_eval(args: argparse.Namespace) -> int:
                                cli_args={k: v for k, v in vars(args).items()
                                          if isinstance(v, (str, int, float, bool, type(None)))})
     print(format_tables(results))
-    if args.precision == "fp32":
+    results["settings"]["backend"] = backend
+    if args.precision == "fp32" and backend == "torch":
         _update_card(args.model, results)
     if output is not None:
         if output.exists() and not args.overwrite:  # appeared during the evaluation

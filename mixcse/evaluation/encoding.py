@@ -24,12 +24,17 @@ from mixcse.progress import Progress
 Encoder = Any  # an object with .encode(list[str], batch_size=...) or a callable list[str] -> array
 
 
-def resolve_encoder(model: Any, pooler: str | None = None, precision: str = "fp32") -> Encoder:
-    """A path/name becomes a `SentenceEncoder` (at `precision`); encoders and callables pass through unchanged."""
+def resolve_encoder(model: Any, pooler: str | None = None, precision: str = "fp32", backend: str = "torch") -> Encoder:
+    """A path/name becomes a `SentenceEncoder` (at `precision`, on `backend`: torch or onnx); encoders and callables
+    pass through unchanged."""
     if isinstance(model, (str, os.PathLike)):
+        if backend == "onnx":  # no torch import on this path
+            from mixcse.onnx_backend import OnnxSentenceEncoder
+
+            return OnnxSentenceEncoder.load(model, pooler=pooler, precision=precision)
         from mixcse.encoder import SentenceEncoder  # lazy: heavy import, and only needed for paths
 
-        return SentenceEncoder.load(model, pooler=pooler, precision=precision)
+        return SentenceEncoder.load(model, pooler=pooler, precision=precision, backend=backend)
     if hasattr(model, "encode") or callable(model):
         return model
     raise TypeError(f"not an encoder: {type(model).__name__} (need .encode(list[str]) or a callable)")

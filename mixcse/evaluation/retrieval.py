@@ -234,7 +234,8 @@ def _max_length(encoder: Any, max_seq_length: int | None):
     if not hasattr(encoder, "max_seq_length"):
         raise MixCSEError(f"{type(encoder).__name__} has no max_seq_length to set; leave it unset")
     backbone = getattr(getattr(encoder, "encoder", None), "backbone", None)
-    limit = getattr(getattr(backbone, "config", None), "max_position_embeddings", None)
+    limit = getattr(getattr(backbone, "config", None), "max_position_embeddings", None) \
+        or getattr(encoder, "max_positions", None)  # the onnx backend's
     if limit and max_seq_length > limit:
         raise MixCSEError(f"max_seq_length {max_seq_length} exceeds the model's {limit} positions")
     old = encoder.max_seq_length

@@ -116,11 +116,11 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
              mode: str = "test", classifier: str = DEFAULT_CLASSIFIER, cache_dir=None, batch_size: int = 64, *,
              pooler: str | None = None, verbose: bool = True, workers: int = 1, retrieval_data=None,
              retrieval_split: str = "test", max_seq_length: int | None = None, reference: bool = False,
-             precision: str = "fp32", pairs_data=None) -> dict:
+             precision: str = "fp32", pairs_data=None, backend: str = "torch") -> dict:
     """Run the SentEval protocol (see the package docstring) and return the results dict (x100 scale).
 
     `encoder`: an object with `.encode(list[str], batch_size=...)`, a callable `list[str] -> array`, or a
-    model path (loaded with `SentenceEncoder.load(path, pooler=pooler, precision=precision)`). `classifier`: the
+    model path (loaded with `SentenceEncoder.load(path, pooler=pooler, precision=precision, backend=backend)`). `classifier`: the
     transfer probe, "senteval-pytorch" (SentEval's PyTorch probe, the papers' protocol) or "sklearn-converged" (see
     `classifiers`). `workers > 1` runs the transfer probes
     (single-threaded, ~90% of a full evaluation's CPU time) in that many processes; each task is computed exactly
@@ -140,7 +140,7 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
     if PAIRS in names and not pairs_data:
         raise D.DataError("the pairs task needs labelled pair files (--pairs-data FILE ...)")
     senteval = [t for t in names if t not in OWN_DATA]
-    encoder = resolve_encoder(encoder, pooler=pooler, precision=precision)
+    encoder = resolve_encoder(encoder, pooler=pooler, precision=precision, backend=backend)
     ddir = D.resolve_data_dir(data_dir) if senteval else None
     log = (lambda msg: print(f"[mixcse eval] {msg}", file=sys.stderr, flush=True)) if verbose else (lambda m: None)
     seconds: dict[str, float] = {}
@@ -236,6 +236,7 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
         "encoder": describe_encoder(encoder),
         "fingerprint": encoder_fingerprint(encoder),
         "precision": getattr(encoder, "precision", None),  # None: an encoder object that does not say
+        "backend": getattr(encoder, "backend", "torch" if hasattr(encoder, "encode_units") else None),
         "batch_size": batch_size,
         "workers": workers,
         "cache_dir": str(cache_dir) if cache_dir is not None else None,

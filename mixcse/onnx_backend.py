@@ -1,0 +1,157 @@
+"""The onnxruntime backend: ``SentenceEncoder.load(path, backend="onnx")`` on a folder written by ``mixcse export``.
+
+Same tokenisation, truncation (the model's own ``max_seq_length``), length-sorted batches, pooling and MLP head as
+the torch `SentenceEncoder`, computed by onnxruntime on ``onnx/model.onnx`` (the transformer's token embeddings,
+``last_hidden_state``) and numpy. Imports numpy, the tokenizer and onnxruntime only: no torch at run time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .errors import MixCSEError
+from .formats import LAYER_POOLERS, ModelDirInfo, read_model_dir
+from .progress import Progress
+from .search import EncoderMethods
+
+ONNX_DIR = "onnx"
+ONNX_FILES = {"fp32": "model.onnx", "int8": "model_qint8.onnx"}  # precision -> file in onnx/
+ONNX_POOLERS = ("cls_before_pooler", "cls", "avg")  # poolers of last_hidden_state (no per-layer outputs)
+
+
+def onnx_file(model_dir: str | os.PathLike, precision: str = "fp32") -> Path:
+    """Where a model folder keeps its ONNX graph: ``onnx/`` next to the transformer's config.json."""
+    return Path(read_model_dir(model_dir, framework="np").backbone_path) / ONNX_DIR / ONNX_FILES[precision]
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()[:20]
+
+
+def _max_positions(config_file: Path) -> int | None:
+    import json
+
+    try:
+        value = json.loads(config_file.read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+class OnnxSentenceEncoder(EncoderMethods):
+    """Frozen sentence embeddings from an exported ONNX graph; the interface of `SentenceEncoder` (encode,
+    search, similarity, pooler, max_seq_length, fingerprint, precision, dimension)."""
+
+    backend = "onnx"
+
+    def __init__(self, session, tokenizer, *, pooler: str, head: dict | None, max_seq_length: int,
+                 max_positions: int | None, fingerprint: str, precision: str):
+        self.session = session
+        self.tokenizer = tokenizer
+        self._pooler = pooler
+        self._head = head
+        self.max_seq_length = max_seq_length
+        self.max_positions = max_positions
+        self.fingerprint = fingerprint
+        self.precision = precision
+        self._inputs = [i.name for i in session.get_inputs()]
+        self.dimension = int(session.get_outputs()[0].shape[-1])
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, pooler: str | None = None, precision: str = "fp32",
+             threads: int | None = None) -> "OnnxSentenceEncoder":
+        """``precision``: "fp32" (onnx/model.onnx) or "int8" (onnx/model_qint8.onnx, from ``--quantize int8``).
+        ``threads``: onnxruntime's intra-op threads (default: its own, one per physical core)."""
+        if precision not in ONNX_FILES:
+            raise MixCSEError(f"the onnx backend's precision must be one of {', '.join(ONNX_FILES)}, "
+                              f"not {precision!r}")
+        root = Path(path)
+        if not root.is_dir():
+            raise MixCSEError(f"the onnx backend needs a local model folder written by `mixcse export`, not {path}")
+        info: ModelDirInfo = read_model_dir(root, framework="np")
+        graph = Path(info.backbone_path) / ONNX_DIR / ONNX_FILES[precision]
+        if not graph.is_file():
+            hint = " --quantize int8" if precision == "int8" else ""
+            raise MixCSEError(f"{path} has no {graph.relative_to(root)}; write it with `mixcse export {path} "
+                              f"--format onnx{hint} --output DIR` and load DIR")
+        chosen = pooler or info.pooler or "cls_before_pooler"
+        if chosen not in ONNX_POOLERS:
+            raise MixCSEError(f"pooler {chosen!r} needs every layer's hidden states; the ONNX graph gives the last "
+                              f"layer only ({', '.join(ONNX_POOLERS)})")
+        head = None
+        if chosen == "cls":
+            if info.head_state is None:
+                raise MixCSEError(f"pooler 'cls' needs the folder's MLP head (2_Dense), and {path} has none")
+            head = {k: np.asarray(v, dtype=np.float32) for k, v in info.head_state.items()}
+        try:
+            import onnxruntime as ort
+            from transformers import AutoTokenizer
+            from transformers.utils import logging as hf_logging
+        except ImportError as exc:
+            raise MixCSEError(f"the onnx backend needs onnxruntime: pip install 'mixcse[onnx]' ({exc})") from None
+        hf_logging.set_verbosity_error()
+        tokenizer = AutoTokenizer.from_pretrained(info.backbone_path)
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        try:
+            session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types for a bad file
+            raise MixCSEError(f"cannot load {graph}: {str(exc).splitlines()[0][:300]}") from None
+        limit = _max_positions(Path(info.backbone_path) / "config.json") or 512
+        max_seq_length = min(info.max_seq_length or limit, limit)
+        fingerprint = f"onnx-{precision}-{_file_digest(graph)}-{chosen}"
+        return cls(session, tokenizer, pooler=chosen, head=head, max_seq_length=max_seq_length,
+                   max_positions=limit, fingerprint=fingerprint, precision=precision)
+
+    @property
+    def pooler(self) -> str:
+        return self._pooler
+
+    def _forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        feed = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if "token_type_ids" in self._inputs:
+            feed["token_type_ids"] = np.zeros_like(input_ids)  # what the torch path's backbone defaults to
+        hidden = self.session.run(None, {k: feed[k] for k in self._inputs})[0]
+        if self._pooler in ("cls", "cls_before_pooler"):
+            pooled = hidden[:, 0]
+        else:  # avg: mean over the real tokens
+            mask = attention_mask[..., None].astype(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / np.clip(mask.sum(1), 1.0, None)
+        if self._head is not None:
+            pooled = np.tanh(pooled @ self._head["dense.weight"].T + self._head["dense.bias"])
+        return pooled.astype(np.float32, copy=False)
+
+    def encode(self, sentences: list[str], batch_size: int = 64, show_progress: bool = False,
+               progress_every: float = 30.0) -> np.ndarray:
+        """(len(sentences), d) float32 embeddings, in input order; batches as `SentenceEncoder.encode` makes them."""
+        if isinstance(sentences, str):
+            raise TypeError("encode takes a list of sentences, not a single string")
+        n = len(sentences)
+        out = np.empty((n, self.dimension), dtype=np.float32)
+        if n == 0:
+            return out
+        ids = self.tokenizer(list(sentences), truncation=True, max_length=self.max_seq_length,
+                             add_special_tokens=True)["input_ids"]
+        order = np.argsort([-len(x) for x in ids], kind="stable")
+        with Progress(n, "encode", "sentences", enabled=show_progress, every_seconds=progress_every) as progress:
+            for start in range(0, n, batch_size):
+                idx = order[start:start + batch_size]
+                batch = self.tokenizer.pad({"input_ids": [ids[i] for i in idx]}, return_tensors="np")
+                out[idx] = self._forward(batch["input_ids"].astype(np.int64),
+                                         batch["attention_mask"].astype(np.int64))
+                progress.update(len(idx))
+        return out
+
+    __call__ = encode
+
+
