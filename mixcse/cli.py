@@ -36,9 +36,9 @@ def _report(result) -> None:
     metric = METRIC_NAMES.get(result.select_metric, result.select_metric)
     print(f"start {metric} {fmt(result.raw_dev)} -> best {fmt(result.best_dev)} at step {result.best_step}; "
           f"{result.steps} steps in {result.train_seconds:.1f}s ({result.sentences_per_second:.1f} sentences/s)"
-          + (f", {result.wall_seconds:.0f}s wall in all" if result.wall_seconds is not None else "")
+          + (f", {wall:.0f}s wall in all" if (wall := getattr(result, "wall_seconds", None)) is not None else "")
           + f"; model in {result.output_dir}/best")
-    if result.test_pairs:
+    if getattr(result, "test_pairs", None):
         print("held-out pairs (never used for selection), start -> best: " + "; ".join(
             f"{name} {r['metric'].upper() if r['metric'] == 'ap' else r['metric']} {fmt(r['start'])} -> "
             f"{fmt(r['best'])}" + (f" ({r['best'] - r['start']:+.2f})" if r["start"] is not None else "")
@@ -57,7 +57,7 @@ def _next_step(result) -> str:
         metric = METRIC_NAMES.get(result.select_metric, result.select_metric)
         return (f"note: no training step beat the start model on {metric}, so best/ is the start "
                 f"model; docs/domain-adaptation.md says when adaptation does not help and what to try")
-    if result.test_pairs:
+    if getattr(result, "test_pairs", None):
         files = " ".join(r["file"] for r in result.test_pairs.values())
         return (f"next: mixcse eval {result.output_dir}/best --tasks pairs --pairs-data {files} (AP, accuracy, F1); "
                 f"mixcse encode {result.output_dir}/best --input FILE --output emb.npy; your own data: "

@@ -77,7 +77,6 @@ def test_load_beir_keeps_judged_queries_and_title_text(beir):
 
 @pytest.mark.parametrize("backend", ["numpy", "faiss"])
 def test_metrics_match_hand_computation(beir, backend):
-    if backend == "faiss":
     out = evaluate_retrieval(bag_of_words, load_beir(beir), backend=backend)
     for key, value in EXPECTED.items():
         assert out[key] == pytest.approx(value, abs=1e-9), key
