@@ -329,6 +329,13 @@ def render_model_card(best_dir: Path, resolved: dict, summary: dict, eval_result
             if summary.get("start_won"):
                 lines += ["", "No training step beat the starting model on this metric: these are its weights."]
             lines.append("")
+        held_out = summary.get("test_pairs")
+        if held_out:
+            lines += ["Held-out labelled pairs, never used for selection (x100):", ""]
+            lines += markdown_table(["pairs", "metric", "start", "selected"],
+                                    [[name, r.get("metric", "?"), number(r.get("start")), number(r.get("best"))]
+                                     for name, r in held_out.items()], centred=True)
+            lines.append("")
         else:
             lines += ["No selection data was used during training: this is the final checkpoint"
                       + (f" (step {summary['best_step']})." if summary.get("best_step") else "."), ""]

@@ -153,6 +153,8 @@ def test_select_on_binary_pairs_selects_on_ap_and_scores_held_out_pairs(tiny_ber
     best = P.evaluate_pairs(SentenceEncoder.load(out / "best"), [test])["test"]["ap"]
     assert held["start"] == pytest.approx(start, abs=1e-6) and held["best"] == pytest.approx(best, abs=1e-6)
     assert f"test AP {start:.2f} -> {best:.2f}" in printed
+    card = (out / "best" / "README.md").read_text()
+    assert "never used for selection" in card and f"| test | ap | {start:.2f} | {best:.2f} |" in card
     assert "start dev pairs AP" in printed
     assert "--tasks pairs --pairs-data" in printed or "best/ is the start model" in printed
 
