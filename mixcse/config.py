@@ -14,13 +14,13 @@ import yaml
 
 from .documents import POSITIVES, SEGMENTS
 from .errors import ConfigError
+from .evaluation.selection import SELECT_ON
 from .losses import PRESETS, ContrastiveObjective, objective_from_preset
 from .model import POOLERS
 from .tracking import parse_report_to
 
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 CORPORA = ("memory", "disk")
-SELECT_ON = ("stsb_dev", "retrieval", "pairs", "none")  # mixcse.evaluation.selection.SELECT_ON
 
 
 @dataclass

@@ -312,7 +312,3 @@ def format_tables(results: dict, label: str | None = None) -> str:
     if secs:
         lines += ["", "Wall time (s): " + ", ".join(f"{k} {v:.1f}" for k, v in secs.items())]
     return "\n".join(lines)
-
-
-# The STS-B dev score used for checkpoint selection lives with the selectors (no scikit-learn import there).
-from .selection import stsb_dev_spearman  # noqa: E402,F401
