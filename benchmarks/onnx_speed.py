@@ -42,18 +42,14 @@ OUT = RESULTS / "onnx.json"
 
 def _encoders(folder: Path, per_tensor: Path):
     from mixcse.encoder import SentenceEncoder
-    from mixcse.onnx_backend import OnnxSentenceEncoder
+    from mixcse.onnx_backend import OnnxSentenceEncoder, open_graph
 
     encoders = {"torch fp32": SentenceEncoder.load(folder, device="cpu"),
                 "onnx fp32": SentenceEncoder.load(folder, backend="onnx", threads=THREADS),
                 "onnx int8 per-channel": SentenceEncoder.load(folder, backend="onnx", precision="int8",
                                                               threads=THREADS)}
     pt = OnnxSentenceEncoder.load(folder, precision="int8", threads=THREADS)
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
-    pt.session = ort.InferenceSession(str(per_tensor), options, providers=["CPUExecutionProvider"])
+    pt.graph = open_graph(per_tensor, THREADS)
     pt.fingerprint += "-per-tensor"
     encoders["onnx int8 per-tensor"] = pt
     return encoders

@@ -29,7 +29,7 @@ import numpy as np
 
 from .errors import MixCSEError
 from .fileio import normal_file_mode, unwritable_reason
-from .onnx_backend import ONNX_DIR, ONNX_FILES, ONNX_POOLERS
+from .onnx_backend import ONNX_DIR, ONNX_FILES, ONNX_POOLERS, open_graph
 
 FORMATS = ("onnx",)
 QUANTIZATIONS = ("int8",)
@@ -130,14 +130,12 @@ def _export_graph(backbone, tokenizer, names: list[str], path: Path) -> None:
 def _check_graph(backbone, tokenizer, names: list[str], path: Path) -> float:
     """Largest relative |Δ| of the real tokens' hidden states between the graph and torch, at a batch size and
     lengths other than the traced ones."""
-    import onnxruntime as ort
     import torch
 
     batch = tokenizer(CHECK_SENTENCES, padding=True, return_tensors="np")
     feed = {name: batch[name].astype(np.int64) if name in batch else np.zeros_like(batch["input_ids"], np.int64)
             for name in names}
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    got = session.run(["last_hidden_state"], feed)[0]
+    got = open_graph(path).run(["last_hidden_state"], feed)[0]
     with torch.no_grad():
         want = backbone(**{k: torch.from_numpy(v) for k, v in feed.items()}, return_dict=True)
     want = want.last_hidden_state.float().numpy()

@@ -46,15 +46,25 @@ def _max_positions(config_file: Path) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
+def open_graph(path: str | os.PathLike, threads: int | None = None):
+    """onnxruntime's CPU runtime over an ONNX file; ``threads``: intra-op threads (default: onnxruntime's own)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
 class OnnxSentenceEncoder(EncoderMethods):
     """Frozen sentence embeddings from an exported ONNX graph; the interface of `SentenceEncoder` (encode,
     search, similarity, pooler, max_seq_length, fingerprint, precision, dimension)."""
 
     backend = "onnx"
 
-    def __init__(self, session, tokenizer, *, pooler: str, head: dict | None, max_seq_length: int,
+    def __init__(self, graph, tokenizer, *, pooler: str, head: dict | None, max_seq_length: int,
                  max_positions: int | None, fingerprint: str, precision: str):
-        self.session = session
+        self.graph = graph  # an onnxruntime runtime object over the exported graph (open_graph)
         self.tokenizer = tokenizer
         self._pooler = pooler
         self._head = head
@@ -62,8 +72,8 @@ class OnnxSentenceEncoder(EncoderMethods):
         self.max_positions = max_positions
         self.fingerprint = fingerprint
         self.precision = precision
-        self._inputs = [i.name for i in session.get_inputs()]
-        self.dimension = int(session.get_outputs()[0].shape[-1])
+        self._inputs = [i.name for i in graph.get_inputs()]
+        self.dimension = int(graph.get_outputs()[0].shape[-1])
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, pooler: str | None = None, precision: str = "fp32",
@@ -92,25 +102,21 @@ class OnnxSentenceEncoder(EncoderMethods):
                 raise MixCSEError(f"pooler 'cls' needs the folder's MLP head (2_Dense), and {path} has none")
             head = {k: np.asarray(v, dtype=np.float32) for k, v in info.head_state.items()}
         try:
-            import onnxruntime as ort
+            import onnxruntime  # noqa: F401
             from transformers import AutoTokenizer
             from transformers.utils import logging as hf_logging
         except ImportError as exc:
             raise MixCSEError(f"the onnx backend needs onnxruntime: pip install 'mixcse[onnx]' ({exc})") from None
         hf_logging.set_verbosity_error()
         tokenizer = AutoTokenizer.from_pretrained(info.backbone_path)
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
         try:
-            session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+            runtime = open_graph(graph, threads)
         except Exception as exc:  # onnxruntime raises its own exception types for a bad file
             raise MixCSEError(f"cannot load {graph}: {str(exc).splitlines()[0][:300]}") from None
         limit = _max_positions(Path(info.backbone_path) / "config.json") or 512
         max_seq_length = min(info.max_seq_length or limit, limit)
         fingerprint = f"onnx-{precision}-{_file_digest(graph)}-{chosen}"
-        return cls(session, tokenizer, pooler=chosen, head=head, max_seq_length=max_seq_length,
+        return cls(runtime, tokenizer, pooler=chosen, head=head, max_seq_length=max_seq_length,
                    max_positions=limit, fingerprint=fingerprint, precision=precision)
 
     @property
@@ -121,7 +127,7 @@ class OnnxSentenceEncoder(EncoderMethods):
         feed = {"input_ids": input_ids, "attention_mask": attention_mask}
         if "token_type_ids" in self._inputs:
             feed["token_type_ids"] = np.zeros_like(input_ids)  # what the torch path's backbone defaults to
-        hidden = self.session.run(None, {k: feed[k] for k in self._inputs})[0]
+        hidden = self.graph.run(None, {k: feed[k] for k in self._inputs})[0]
         if self._pooler in ("cls", "cls_before_pooler"):
             pooled = hidden[:, 0]
         else:  # avg: mean over the real tokens

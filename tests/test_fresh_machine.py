@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,15 +36,18 @@ def test_the_skip_guard_turns_such_a_skip_into_a_failure(tmp_path):
     assert "1 failed, 1 skipped" in done.stdout
 
 
-def test_readme_starts_with_the_two_set_up_commands():
-    def ask(what):
-        return subprocess.run([sys.executable, str(REPO / ".ci" / "readme_commands.py"), what], capture_output=True,
-                              text=True)
-
-    assert ask("check").returncode == 0
-    main, test = ask("main").stdout.strip(), ask("test").stdout.strip()
-    assert main.startswith("pip install -e ") and "mixcse train " in main
+def test_ci_runs_exactly_the_readmes_two_set_up_commands():
+    run = (REPO / ".ci" / "run").read_text()
+    main = re.search(r"^MAIN_COMMAND='(.*)'$", run, re.M).group(1)
+    test = re.search(r"^TEST_COMMAND='(.*)'$", run, re.M).group(1)
     assert test == 'pip install -e ".[test]" && python -m pytest -q'
+    assert 'eval "$TEST_COMMAND"' in run and 'eval "$MAIN_COMMAND"' in run
+
+    def check(*commands):
+        return subprocess.run([sys.executable, str(REPO / ".ci" / "readme_commands.py"), "check", *commands],
+                              capture_output=True, text=True).returncode
+
+    assert check(main, test) == 0
+    assert check(test, main) == 1  # order matters: the main job first
     recipe = main.split("mixcse train ", 1)[1].split()[0]
     assert (REPO / recipe).is_file()
-    assert "readme_commands.py test" in (REPO / ".ci" / "run").read_text()
