@@ -17,6 +17,7 @@ continued by the same command. Results: benchmarks/results/similarity_adaptation
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -68,14 +69,19 @@ def score_model(model_dir: str | Path, device: str | None = None) -> dict:
     return out
 
 
+@functools.cache
+def dev_pairs():
+    from mixcse.evaluation.pairs import read_pairs
+
+    return read_pairs(PAIRS["mqp_dev"])
+
+
 def dev_ap(encode) -> float:
     """Dev-pair AP x100 with any ``encode(list[str]) -> array`` (the selection metric of every row)."""
-    from mixcse.evaluation.pairs import read_pairs, score_pairs
+    from mixcse.evaluation.pairs import score_pair_sets
 
-    ps = read_pairs(PAIRS["mqp_dev"])
-    unique = list(dict.fromkeys(ps.a + ps.b))
-    emb = dict(zip(unique, np.asarray(encode(unique))))
-    return score_pairs(np.stack([emb[s] for s in ps.a]), np.stack([emb[s] for s in ps.b]), ps.scores)["ap"]
+    (result,) = score_pair_sets(encode, [dev_pairs()]).values()
+    return result["ap"]
 
 
 # ------------------------------------------------------------------------------------------------ one run

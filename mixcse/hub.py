@@ -58,7 +58,7 @@ def offline_copy(name: str) -> str | None:
 
 def resolve_model(name_or_path: str | os.PathLike) -> str:
     name = str(name_or_path)
-    if os.path.isdir(name) or os.path.exists(name) or cached_on_hub(name):
+    if os.path.exists(name) or cached_on_hub(name):
         return name
     if "/" not in name.strip("/") or name.startswith((".", "/", "~")):  # a path, not a hub name: let it fail
         return name

@@ -112,22 +112,26 @@ def pair_file_names(paths: Iterable[str | Path]) -> list[str]:
         depth += 1
 
 
-def evaluate_pairs(encoder, paths: str | Path | Iterable[str | Path], batch_size: int = 64) -> dict[str, dict]:
-    """Score ``encoder`` (a ``SentenceEncoder``, anything with ``encode``, or a callable) on each pair file; every
-    distinct sentence across the files is embedded once."""
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    if not paths:
-        raise D.DataError("no pair files given")
-    sets = [read_pairs(p) for p in paths]
+def score_pair_sets(encoder, sets: list[D.PairSet], batch_size: int = 64) -> dict[str, dict]:
+    """``{name: metrics}`` of ``encoder`` (a ``SentenceEncoder``, anything with ``encode``, or a callable) on pair
+    sets read by ``read_pairs`` (named after their files); every distinct sentence across them is embedded once."""
     unique = list(dict.fromkeys(s for ps in sets for s in ps.a + ps.b))
     emb = encode_raw(encoder, unique, batch_size)
     row = {s: i for i, s in enumerate(unique)}
     results = {}
-    for name, path, ps in zip(pair_file_names(paths), paths, sets):
+    for name, ps in zip(pair_file_names([ps.source for ps in sets]), sets):
         ia = np.fromiter((row[s] for s in ps.a), dtype=np.int64, count=len(ps.a))
         ib = np.fromiter((row[s] for s in ps.b), dtype=np.int64, count=len(ps.b))
-        results[name] = {"file": str(path), **score_pairs(emb[ia], emb[ib], ps.scores)}
+        results[name] = {"file": ps.source, **score_pairs(emb[ia], emb[ib], ps.scores)}
     return results
+
+
+def evaluate_pairs(encoder, paths: str | Path | Iterable[str | Path], batch_size: int = 64) -> dict[str, dict]:
+    """``score_pair_sets`` on pair files."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if not paths:
+        raise D.DataError("no pair files given")
+    return score_pair_sets(encoder, [read_pairs(p) for p in paths], batch_size)
 
 
 def format_pairs_table(results: dict[str, dict]) -> list[str]:
@@ -151,11 +155,9 @@ class HeldOutPairs:
     a bad file fails before training starts."""
 
     def __init__(self, paths: Iterable[str | Path], batch_size: int = 128):
-        self.paths = [Path(p) for p in paths]
-        for path in self.paths:
-            read_pairs(path)
+        self.sets = [read_pairs(p) for p in paths]
         self.batch_size = batch_size
 
     def __call__(self, encoder) -> dict[str, dict]:
-        results = evaluate_pairs(encoder, self.paths, batch_size=self.batch_size)
+        results = score_pair_sets(encoder, self.sets, batch_size=self.batch_size)
         return {name: {"metric": r["main"], "value": r[r["main"]], "file": r["file"]} for name, r in results.items()}

@@ -200,7 +200,7 @@ def evaluate(encoder: Any, tasks: str | Iterable[str] = ("sts", "transfer", "ana
                 results[RETRIEVAL] = R.evaluate_retrieval(encoder, loaded[task], batch_size=batch_size,
                                                           max_seq_length=max_seq_length, cache_dir=cache_dir)
             elif task == PAIRS:
-                results[PAIRS] = P.evaluate_pairs(encoder, pairs_data, batch_size=batch_size)
+                results[PAIRS] = P.score_pair_sets(encoder, loaded[PAIRS], batch_size=batch_size)
             elif task in futures:
                 submitted, future = futures[task]
                 results.setdefault("transfer", {})[task], cpu[task] = future.result()

@@ -145,10 +145,9 @@ class PairsSelector:
         self.description = f"{what} x100 on {len(self.pairs)} labelled pairs ({path})"
 
     def __call__(self, encoder) -> Selection:
-        from .pairs import score_pairs
+        from .pairs import score_pair_sets
 
-        embed = _Unique(encoder, self.batch_size)
-        scores = score_pairs(embed(self.pairs.a), embed(self.pairs.b), self.pairs.scores)
+        (scores,) = score_pair_sets(encoder, [self.pairs], self.batch_size).values()
         extras = {k: float(scores[k]) for k in ("accuracy", "f1") if k in scores}
         return Selection(float(scores[scores["main"]]), extras)
 
