@@ -29,9 +29,8 @@ import time
 import traceback
 from pathlib import Path
 
-import claims
-import claims_report
-from common import RESULTS, single_instance
+from benchmarks import claims, claims_report
+from benchmarks.common import RESULTS, single_instance
 
 RESULTS_JSON = RESULTS / "batch_size.json"
 REUSE_FROM = RESULTS / "paper_claims_fp32.json"

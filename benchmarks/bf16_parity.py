@@ -24,18 +24,27 @@ import tempfile
 import time
 from pathlib import Path
 
-import common  # noqa: F401
-from common import CORPUS, DOWNSTREAM, REPO, STAND_IN, interleaved, paired_ratios, recipe_step_setup, summarise, \
-    write_result
-
 import numpy as np
 import torch
 import yaml
 
+from benchmarks import common  # noqa: F401
+from benchmarks.common import (
+    CORPUS,
+    DOWNSTREAM,
+    REPO,
+    STAND_IN,
+    interleaved,
+    paired_ratios,
+    recipe_step_setup,
+    summarise,
+    write_result,
+)
+
 
 def speed(rounds: int, threads: int) -> dict:
     from mixcse.losses import PRESETS
-    from mixcse.step import make_step
+    from mixcse.training.step import make_step
 
     cfg, ctx, encoder, batch, optimizer = recipe_step_setup(threads)
     steps = {precision: make_step(cfg, ctx, encoder, optimizer, PRESETS["mixcse"], precision=precision)
@@ -53,7 +62,7 @@ def speed(rounds: int, threads: int) -> dict:
 
 def quality(steps: int, seeds: list[int], threads: int) -> dict:
     import mixcse
-    from mixcse.rundir import MetricsLog
+    from mixcse.training.rundir import MetricsLog
 
     recipe = yaml.safe_load((REPO / "recipes/cpu/mixcse-mini.yaml").read_text())
     workdir = Path(tempfile.mkdtemp(prefix="mixcse-bf16-"))
@@ -101,7 +110,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    from mixcse.trainer import cpu_supports_bf16, resolve_precision
+    from mixcse.training.trainer import cpu_supports_bf16, resolve_precision
 
     t_start = time.perf_counter()
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""

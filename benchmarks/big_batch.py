@@ -25,24 +25,31 @@ from __future__ import annotations
 import argparse
 import time
 
-import common  # noqa: F401  (paths, sys.path)
-from common import STAND_IN, check_peak_meter, interleaved, paired_ratios, peak_cpu_bytes, read_corpus, summarise, \
-    write_result
-
 import numpy as np
 import torch
+
+from benchmarks import common  # noqa: F401  (offline env)
+from benchmarks.common import (
+    STAND_IN,
+    check_peak_meter,
+    interleaved,
+    paired_ratios,
+    peak_cpu_bytes,
+    read_corpus,
+    summarise,
+    write_result,
+)
 
 MAX_LEN = 32
 
 
 def mixcse_step(n: int, mini_batch: int | None, loss: str, sentences: list[str], threads: int):
     """The trainer's step for a batch of ``n`` (``mini_batch`` None = one pass), and its batch."""
-    from mixcse.config import TrainConfig
-    from mixcse.data import TokenizedCorpus
-    from mixcse.distributed import DistContext
-    from mixcse.step import make_step
-
-    from common import model_setup
+    from benchmarks.common import model_setup
+    from mixcse.data.memory import TokenizedCorpus
+    from mixcse.training.config import TrainConfig
+    from mixcse.training.distributed import DistContext
+    from mixcse.training.step import make_step
 
     cfg = TrainConfig(model=str(STAND_IN), train_file="-", output_dir="-", pooler="cls", loss=loss, batch_size=n,
                       mini_batch_size=mini_batch, max_seq_length=MAX_LEN)

@@ -28,12 +28,11 @@ from pathlib import Path
 
 import yaml
 
-import common  # noqa: F401  (paths, sys.path, offline env)
-from common import CORPUS, DOWNSTREAM, REPO, RESULTS, STAND_IN, backbone_path, machine_info, minilm_path
-
-from mixcse.fileio import atomic_write_text
-from mixcse.rundir import candidate_path
+from benchmarks import common  # noqa: F401  (offline env)
+from benchmarks.common import CORPUS, DOWNSTREAM, REPO, RESULTS, STAND_IN, backbone_path, machine_info, minilm_path
 from mixcse.losses import PRESETS, objective_from_preset
+from mixcse.training.rundir import candidate_path
+from mixcse.utils.files import atomic_write_text
 
 PRESET_LAM = {name: objective.lam for name, objective in PRESETS.items()}  # None for SimCSE
 
@@ -72,7 +71,7 @@ def finished_training(cfg: dict):
     """The TrainResult of a run already trained with this config in cfg["output_dir"] (killed during its final
     evaluation), or None. Keys absent from the saved config did not exist when it ran; their pinned values in the
     recipe are the behaviour it had, so only the saved keys are compared."""
-    import mixcse.trainer
+    import mixcse.training.trainer
 
     out = Path(cfg["output_dir"])
     try:
@@ -82,7 +81,7 @@ def finished_training(cfg: dict):
         return None
     if not (out / "best").is_dir() or any(saved.get(k) != v for k, v in cfg.items() if k in saved):
         return None
-    return mixcse.trainer.TrainResult(str(out), summary["steps"], summary["best_step"], summary["best_dev"],
+    return mixcse.training.trainer.TrainResult(str(out), summary["steps"], summary["best_step"], summary["best_dev"],
                                       summary["raw_dev"], summary["train_seconds"],
                                       summary["sentences_per_second"])
 
@@ -379,7 +378,7 @@ def _stamp() -> dict:
 
 
 def baseline_encoder(name: str):
-    from mixcse.encoder import SentenceEncoder
+    from mixcse.sentence_encoder import SentenceEncoder
 
     if name.startswith("minilm-raw"):
         return SentenceEncoder.load(minilm_path())
@@ -513,7 +512,7 @@ def recorded_config(record: dict) -> dict:
     its start model)."""
     from dataclasses import fields
 
-    from mixcse.config import TrainConfig
+    from mixcse.training.config import TrainConfig
 
     known = {f.name for f in fields(TrainConfig)}
     return {k: v for k, v in record.get("config", {}).items() if k in known}

@@ -25,14 +25,21 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from claims import (FIRST, PAPER_PRESETS, PRESET_LAM, PYTORCH_FIELD, RESULTS_JSON, TABLE_BATCH, load_results,
-                    parse_variant)
-from common import REPO
-
-from mixcse.config import TrainConfig
+from benchmarks.claims import (
+    FIRST,
+    PAPER_PRESETS,
+    PRESET_LAM,
+    PYTORCH_FIELD,
+    RESULTS_JSON,
+    TABLE_BATCH,
+    load_results,
+    parse_variant,
+)
+from benchmarks.common import REPO
 from mixcse.losses import PRESETS
-from mixcse.tables import STS_TASKS, TRANSFER_TASKS, markdown_table, number
-from mixcse.tables import label as task_label
+from mixcse.training.config import TrainConfig
+from mixcse.utils.tables import STS_TASKS, TRANSFER_TASKS, markdown_table, number
+from mixcse.utils.tables import label as task_label
 
 DOCS = REPO / "docs"
 

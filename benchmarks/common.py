@@ -24,9 +24,6 @@ DOWNSTREAM = SHARED / "data" / "downstream"
 RESULTS = REPO / "benchmarks" / "results"
 START_LOADAVG = os.getloadavg()  # the machine is shared: its load is part of every result
 
-if str(REPO) not in sys.path:  # run as `python benchmarks/x.py` from anywhere
-    sys.path.insert(0, str(REPO))
-
 
 def cpu_model() -> str:
     try:
@@ -46,7 +43,7 @@ def machine_info() -> dict:
             "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
             "load_average_1_5_15min_at_start": START_LOADAVG, "load_average_1_5_15min_at_end": os.getloadavg()}
     try:
-        from mixcse.trainer import cpu_supports_bf16
+        from mixcse.training.trainer import cpu_supports_bf16
 
         info["cpu_bf16"] = cpu_supports_bf16()
     except ImportError:
@@ -73,7 +70,7 @@ def backbone_path(backbone: str) -> str:
 
 def read_corpus(n: int, *, skip: int = 0, path: Path = CORPUS) -> list[str]:
     """The first ``n`` non-blank lines after ``skip`` of the shared corpus (read lazily: no full decompression)."""
-    from mixcse.reader import iter_lines
+    from mixcse.data.reader import iter_lines
 
     out: list[str] = []
     for _, line in iter_lines(path, what="corpus"):
@@ -96,7 +93,7 @@ def model_setup(cfg, ctx, threads: int, seed: int):
     import torch
 
     from mixcse.model import load_encoder
-    from mixcse.trainer import build_optimizer, prepare_for_training
+    from mixcse.training.trainer import build_optimizer, prepare_for_training
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
@@ -110,12 +107,12 @@ def recipe_step_setup(threads: int, **overrides):
     """The trainer's CPU step on the stand-in, as `mixcse.train` builds it (TrainConfig defaults: fused AdamW, numpy
     dropout masks, 4 length buckets; cls pooler + MLP head; ``overrides`` replace config keys), and one batch of 64
     corpus sentences (one view: the step makes the two). Returns (cfg, ctx, encoder, batch, optimizer); the step
-    is ``mixcse.step.make_step(cfg, ctx, encoder, optimizer, objective)``."""
+    is ``mixcse.training.step.make_step(cfg, ctx, encoder, optimizer, objective)``."""
     import numpy as np
 
-    from mixcse.config import TrainConfig
-    from mixcse.data import TokenizedCorpus
-    from mixcse.distributed import DistContext
+    from mixcse.data.memory import TokenizedCorpus
+    from mixcse.training.config import TrainConfig
+    from mixcse.training.distributed import DistContext
 
     cfg, ctx = TrainConfig(model=str(STAND_IN), pooler="cls", **overrides), DistContext()
     encoder, tokenizer, optimizer = model_setup(cfg, ctx, threads, seed=0)

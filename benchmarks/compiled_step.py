@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import time
 
-import common  # noqa: F401  (paths, sys.path)
-from common import interleaved, paired_ratios, recipe_step_setup, summarise, write_result
+from benchmarks import common  # noqa: F401  (offline env)
+from benchmarks.common import interleaved, paired_ratios, recipe_step_setup, summarise, write_result
 
 
 def main() -> None:
@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    from mixcse.step import make_step
+    from mixcse.training.step import make_step
 
     steps, compile_s = {}, None
     for name, compiled in (("eager", False), ("compiled", True)):

@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from common import REPO, RESULTS, SHARED, backbone_path, code_version, json_safe, machine_info, write_result
+from benchmarks.common import REPO, RESULTS, SHARED, backbone_path, code_version, json_safe, machine_info, write_result
 
 SCIFACT = SHARED / "data" / "domain" / "scifact"
 CACHE = REPO / "benchmarks" / "cache" / "domain"
@@ -136,8 +136,8 @@ def test_scores(encoder, data) -> dict:
 def last_step_test_scores(out: Path, test_data) -> dict:
     """Test scores of the model at the run's last step (its checkpoint), whichever checkpoint selection kept: what
     shipping without selection would have given."""
-    from mixcse.encoder import SentenceEncoder
-    from mixcse.rundir import checkpoint_path, load_checkpoint
+    from mixcse.sentence_encoder import SentenceEncoder
+    from mixcse.training.rundir import checkpoint_path, load_checkpoint
 
     encoder = SentenceEncoder.load(str(out / "best"), device="cpu")  # architecture, pooler and inference length
     checkpoint = load_checkpoint(checkpoint_path(out))
@@ -151,8 +151,8 @@ def last_step_test_scores(out: Path, test_data) -> dict:
 def test_curve(out: Path, record: dict, test_data, zero: dict) -> list[dict]:
     """Test scores of every candidate selection scored (``save_candidates``): the start's are the zero-shot ones,
     the kept step's are already in the record."""
-    from mixcse.encoder import SentenceEncoder
-    from mixcse.rundir import candidate_path
+    from mixcse.sentence_encoder import SentenceEncoder
+    from mixcse.training.rundir import candidate_path
 
     curve = []
     for step, _ in record["dev"]["curve"]:
@@ -169,7 +169,7 @@ def test_curve(out: Path, record: dict, test_data, zero: dict) -> list[dict]:
 def resumable_step(out: Path) -> int | None:
     """The step of the checkpoint an interrupted run left in ``out``, or None (no checkpoint: train from step 0).
     Memory-mapped: only the small state is read, not the weights and optimiser state the trainer loads next."""
-    from mixcse.rundir import checkpoint_path, load_checkpoint
+    from mixcse.training.rundir import checkpoint_path, load_checkpoint
 
     if not checkpoint_path(out).exists():
         return None
@@ -179,7 +179,7 @@ def resumable_step(out: Path) -> int | None:
 def run_one(run: Run, test_data, zero: dict, threads: int | None, test_last: bool = False,
             curve: bool = False) -> dict:
     import mixcse
-    from mixcse.encoder import SentenceEncoder
+    from mixcse.sentence_encoder import SentenceEncoder
 
     folder = CACHE / run.key
     record_file = folder / "record.json"
@@ -235,7 +235,7 @@ def zero_shot(backbone: str, test_data) -> dict:
     path = CACHE / f"zero-shot-{backbone}.json"
     if path.exists():
         return json.loads(path.read_text())
-    from mixcse.encoder import SentenceEncoder
+    from mixcse.sentence_encoder import SentenceEncoder
 
     pooler = None if backbone == "minilm" else "cls_before_pooler"
     t0 = time.perf_counter()

@@ -27,10 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common import DOWNSTREAM, minilm_path, write_result
-
+from benchmarks.common import DOWNSTREAM, minilm_path, write_result
 from mixcse.evaluation import evaluate
-from mixcse.evaluation.data import STS_TASKS, TRANSFER_TASKS
+from mixcse.utils.tables import STS_TASKS, TRANSFER_TASKS
 
 
 def timed_eval(label: str, model, tasks: str, **kw) -> tuple[dict, float]:

@@ -3,7 +3,7 @@
 Self-contained, no downloads: the encoder is ``transformers.BertModel(BertConfig())`` (BERT-base shape: 12 layers,
 hidden 768, 12 heads, vocab 30522; random weights) inside ``mixcse.model.Encoder`` with the training pooler
 (``cls`` + MLP head); the batch is random token ids ([CLS] ... [SEP], no tokenizer), length 32, two dropout views.
-A step is the trainer's (``mixcse.step.make_step``, one forward pass): bf16 autocast forward,
+A step is the trainer's (``mixcse.training.step.make_step``, one forward pass): bf16 autocast forward,
 ``mixcse.losses.contrastive_loss`` (fp32), backward, grad-norm clip, AdamW (``torch.optim.AdamW`` as the trainer builds
 it), zero_grad. SimCSE and MixCSE alternate in blocks of steps after a warm-up; per configuration the report gives the
 median block's steps/s. With ``--compile`` the same two steps built with ``compile: true`` (``torch.compile`` with
@@ -31,10 +31,10 @@ import argparse
 import statistics
 import time
 
-import common  # noqa: F401
-from common import write_result
-
 import torch
+
+from benchmarks import common  # noqa: F401
+from benchmarks.common import write_result
 
 EPOCH_SENTENCES, PAPER_BATCH = 1_000_000, 64
 
@@ -71,11 +71,11 @@ def random_batch(config, batch: int, seq: int, device) -> dict[str, torch.Tensor
 
 def measure(encoder, config, batch: int, seq: int, device, dtype, blocks: int, steps_per_block: int,
             warmup: int, compiled: bool = False) -> dict:
-    from mixcse.config import TrainConfig
-    from mixcse.distributed import DistContext
     from mixcse.losses import PRESETS
-    from mixcse.step import make_step
-    from mixcse.trainer import build_optimizer
+    from mixcse.training.config import TrainConfig
+    from mixcse.training.distributed import DistContext
+    from mixcse.training.step import make_step
+    from mixcse.training.trainer import build_optimizer
 
     data = random_batch(config, batch, seq, device)
     cfg = TrainConfig()
@@ -132,8 +132,8 @@ def main() -> None:
                         help="also time the compiled steps (compile: true), interleaved with the eager ones")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    from transformers import BertConfig
     import transformers
+    from transformers import BertConfig
 
     transformers.logging.set_verbosity_error()
     cuda = torch.cuda.is_available()

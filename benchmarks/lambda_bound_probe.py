@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-import common  # noqa: F401  (paths, sys.path, offline env)
-from common import STAND_IN, read_corpus, write_result
+from benchmarks import common  # noqa: F401  (offline env)
+from benchmarks.common import STAND_IN, read_corpus, write_result
 
 
 def models() -> dict[str, tuple[str, str]]:
@@ -29,7 +29,7 @@ def probe(path: str, pooler: str, lams: list[float], batches: int, batch_size: i
     import torch
     import torch.nn.functional as F
 
-    from mixcse.data import TokenizedCorpus
+    from mixcse.data.memory import TokenizedCorpus
     from mixcse.losses import bounded_lambda, mixed_similarities
     from mixcse.model import load_encoder
 

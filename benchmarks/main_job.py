@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import common
+from benchmarks import common
 
 RECIPE = "recipes/domain/medical-questions-minilm-mixcse.yaml"
 

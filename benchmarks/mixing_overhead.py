@@ -2,7 +2,7 @@
 
 Part 1, training step: one process, the stand-in backbone with the recipe's pooler (cls + MLP head), one batch of
 64 corpus sentences (max length 32, two dropout views = 128 rows), 2 threads. A SimCSE step and a MixCSE step
-(``mixcse.step``'s, without clipping: forward + loss + backward + AdamW step + zero_grad) alternate on the same
+(``mixcse.training.step``'s, without clipping: forward + loss + backward + AdamW step + zero_grad) alternate on the same
 model, optimizer and batch; the figure is the median over rounds of the per-round time ratio MixCSE / SimCSE
 (target <= 1.05).
 
@@ -23,14 +23,19 @@ from __future__ import annotations
 import argparse
 import time
 
-import common  # noqa: F401  (paths, sys.path)
-from common import check_peak_meter, interleaved, paired_ratios, peak_cpu_bytes, recipe_step_setup, summarise, \
-    write_result
-
 import torch
 
-from tests.reference import materialised_mixcse_loss
-
+from benchmarks import common  # noqa: F401  (offline env)
+from benchmarks.common import (
+    check_peak_meter,
+    interleaved,
+    paired_ratios,
+    peak_cpu_bytes,
+    recipe_step_setup,
+    summarise,
+    write_result,
+)
+from mixcse.losses import materialised_mixcse_loss
 
 # ----------------------------------------------------------------------------------------------------------------
 # Part 1: the training step
@@ -38,7 +43,7 @@ from tests.reference import materialised_mixcse_loss
 
 def step_benchmark(rounds: int, warmup: int, threads: int) -> dict:
     from mixcse.losses import PRESETS
-    from mixcse.step import make_step
+    from mixcse.training.step import make_step
 
     # The trainer's step without gradient clipping: forward, loss, backward, AdamW step, zero_grad.
     cfg, ctx, encoder, batch, optimizer = recipe_step_setup(threads, max_grad_norm=None)

@@ -32,7 +32,16 @@ from pathlib import Path
 
 import numpy as np
 
-from common import DOWNSTREAM, RESULTS, SHARED, code_version, interleaved, machine_info, minilm_path, summarise
+from benchmarks.common import (
+    DOWNSTREAM,
+    RESULTS,
+    SHARED,
+    code_version,
+    interleaved,
+    machine_info,
+    minilm_path,
+    summarise,
+)
 
 THREADS = 2
 MQP = SHARED / "data" / "domain" / "medical-questions" / "pairs" / "test.tsv"
@@ -41,8 +50,8 @@ OUT = RESULTS / "onnx.json"
 
 
 def _encoders(folder: Path, per_tensor: Path):
-    from mixcse.encoder import SentenceEncoder
     from mixcse.onnx_backend import OnnxSentenceEncoder, open_graph
+    from mixcse.sentence_encoder import SentenceEncoder
 
     encoders = {"torch fp32": SentenceEncoder.load(folder, device="cpu"),
                 "onnx fp32": SentenceEncoder.load(folder, backend="onnx", threads=THREADS),
@@ -155,7 +164,7 @@ def main() -> None:
         return
     import torch
 
-    from mixcse.evaluation.data import load_stsb
+    from mixcse.evaluation.senteval import load_stsb
     from mixcse.export import export_onnx, quantize_int8
 
     torch.set_num_threads(THREADS)

@@ -49,9 +49,8 @@ import time
 import traceback
 from pathlib import Path
 
-import claims
-import claims_report
-from common import single_instance
+from benchmarks import claims, claims_report
+from benchmarks.common import single_instance
 
 
 def summary(kind: str, record: dict) -> str:

@@ -1,7 +1,7 @@
 """Where the time of a mixcse training step goes.
 
-Replays the hot loop of ``mixcse.trainer.train`` (same objects: ``BatchPlan``, ``TokenizedCorpus``,
-``load_encoder``, the trainer's step from ``mixcse.step.make_step``, AdamW over ``optimizer_groups``, LambdaLR, the
+Replays the hot loop of ``mixcse.training.trainer.train`` (same objects: ``BatchPlan``, ``TokenizedCorpus``,
+``load_encoder``, the trainer's step from ``mixcse.training.step.make_step``, AdamW over ``optimizer_groups``, LambdaLR, the
 logging step's host syncs) on the CPU recipe (recipes/cpu/mixcse-mini.yaml: stand-in backbone,
 cls pooler + MLP head, batch 64, length 32), with a wall-clock stamp between phases. Per phase: median ms per step
 over the measured steps, and its share of the median step. Tokenisation happens once before the loop
@@ -22,24 +22,34 @@ import json
 import math
 import time
 
-import common  # noqa: F401
-from common import CORPUS, REPO, STAND_IN, interleaved, model_setup, paired_ratios, read_corpus, summarise, \
-    write_result
-
 import numpy as np
 import torch
 import yaml
+
+from benchmarks import common  # noqa: F401
+from benchmarks.common import (
+    CORPUS,
+    REPO,
+    STAND_IN,
+    interleaved,
+    model_setup,
+    paired_ratios,
+    read_corpus,
+    summarise,
+    write_result,
+)
 
 PHASES = ["tokenisation (amortised)", "collation (pad + 2 views)", "forward", "loss", "backward", "grad clip",
           "optimizer step (AdamW)", "scheduler + zero_grad", "logging (amortised)", "progress/bookkeeping"]
 
 
 def build(threads: int, steps: int, precision: str = "fp32"):
-    from mixcse import distributed
-    from mixcse.config import build_config
-    from mixcse.data import BatchPlan, TokenizedCorpus
-    from mixcse.step import make_step
-    from mixcse.trainer import linear_schedule, resolve_precision
+    from mixcse.data.loader import BatchPlan
+    from mixcse.data.memory import TokenizedCorpus
+    from mixcse.training import distributed
+    from mixcse.training.config import build_config
+    from mixcse.training.step import make_step
+    from mixcse.training.trainer import linear_schedule, resolve_precision
 
     recipe = yaml.safe_load((REPO / "recipes/cpu/mixcse-mini.yaml").read_text())
     recipe.update(model=str(STAND_IN), train_file=str(CORPUS), num_threads=threads, precision=precision)
@@ -130,7 +140,7 @@ def profile_loop(steps: int, warmup: int, threads: int, ops: bool) -> dict:
 
 def adamw_comparison(encoder, cfg, rounds: int) -> dict:
     """torch's default AdamW (for-each) vs fused=True (the trainer's): same parameters, gradients, groups."""
-    from mixcse.trainer import optimizer_groups
+    from mixcse.training.trainer import optimizer_groups
 
     params = [p for p in encoder.parameters() if p.requires_grad]
     copies = {}

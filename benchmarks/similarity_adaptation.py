@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-import common
+from benchmarks import common
 
 DATA = common.SHARED / "data" / "domain" / "medical-questions"
 PAIRS = {"mqp_dev": DATA / "pairs" / "dev.tsv", "mqp_test": DATA / "pairs" / "test.tsv",
@@ -56,7 +56,7 @@ def run_key(method: str, settings: dict, seed: int) -> str:
 def score_model(model_dir: str | Path, device: str | None = None) -> dict:
     """MQP dev / test AP, RQE test AP (x100) and STS-B test Spearman x100 of the model in ``model_dir``."""
     from mixcse import SentenceEncoder
-    from mixcse.evaluation import data as D
+    from mixcse.evaluation import senteval as D
     from mixcse.evaluation import sts as S
     from mixcse.evaluation.pairs import evaluate_pairs
 
@@ -194,7 +194,7 @@ def machine_label() -> str:
 
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name(0)}, bf16 autocast"
-    from mixcse.trainer import cpu_supports_bf16
+    from mixcse.training.trainer import cpu_supports_bf16
 
     return f"{common.cpu_model()} ({os.cpu_count()} vCPU), {'bf16 autocast' if cpu_supports_bf16() else 'fp32'}"
 

@@ -34,8 +34,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from claims import probe_base, probe_run, split_values, variant_error
-from claims_report import probe_section
+from benchmarks.claims import probe_base, probe_run, split_values, variant_error
+from benchmarks.claims_report import probe_section
 
 
 def main(argv=None) -> None:

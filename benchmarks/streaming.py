@@ -26,13 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import common  # noqa: F401  (paths, sys.path)
-from common import CORPUS, STAND_IN, write_result
+from benchmarks import common  # noqa: F401  (offline env)
+from benchmarks.common import CORPUS, STAND_IN, write_result
 
 
 def write_repeated(path: Path, repeats: int) -> int:
     """The shared corpus ``repeats`` times over, as plain text; returns the number of lines."""
-    from mixcse.reader import iter_lines
+    from mixcse.data.reader import iter_lines
 
     if path.exists():
         return sum(1 for _ in open(path, "rb"))
@@ -49,9 +49,9 @@ def write_repeated(path: Path, repeats: int) -> int:
 def child(train_file: str, corpus: str, workdir: str) -> None:
     """One measured run in this process; prints one JSON line."""
     import mixcse
-    from mixcse.config import TrainConfig
-    from mixcse.data import open_corpus
+    from mixcse.data.loader import open_corpus
     from mixcse.model import load_backbone
+    from mixcse.training.config import TrainConfig
 
     values = {"model": str(STAND_IN), "train_file": train_file, "batch_size": 64, "max_steps": 20,
               "select_on": "none", "log_steps": 10, "corpus": corpus, "corpus_cache_dir": f"{workdir}/cache",

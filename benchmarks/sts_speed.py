@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mixcse.evaluation import data as D  # noqa: E402
 from mixcse.evaluation import evaluate  # noqa: E402
+from mixcse.evaluation import senteval as D  # noqa: E402
 from mixcse.evaluation.sts import pearson, row_cosine, spearman  # noqa: E402
 
 FULL = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     if args.fake:
         encoder, name = HashedBagOfWords(), "hashed bag-of-words (256-d)"
     else:
-        from mixcse.encoder import SentenceEncoder
+        from mixcse.sentence_encoder import SentenceEncoder
 
         encoder = SentenceEncoder.load(args.model, pooler=args.pooler)
         name = f"{args.model} ({args.pooler})"

@@ -31,8 +31,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from mixcse.evaluation import data as D  # noqa: E402
 from mixcse.evaluation import runner as R  # noqa: E402
+from mixcse.evaluation import senteval as D  # noqa: E402
 from mixcse.evaluation import transfer as T  # noqa: E402
 from mixcse.evaluation.classifiers import SklearnLR, make_classifier  # noqa: E402
 from mixcse.evaluation.encoding import encode_units, resolve_encoder  # noqa: E402

@@ -45,10 +45,10 @@ import time
 import warnings
 from pathlib import Path
 
-import common  # noqa: F401
-from common import STAND_IN, paired_ratios, read_corpus, summarise, write_result
-
 import torch
+
+from benchmarks import common  # noqa: F401
+from benchmarks.common import STAND_IN, paired_ratios, read_corpus, summarise, write_result
 
 BATCH, MAX_LEN, LR, SCALE = 64, 32, 3e-5, 20.0
 
@@ -72,8 +72,11 @@ def quiet() -> None:
 
 def run_peer(sentences: list[str], steps: int, threads: int, workdir: Path, seed: int) -> dict:
     from datasets import Dataset
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, \
-        SentenceTransformerTrainingArguments
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
     from transformers import TrainerCallback
@@ -116,7 +119,7 @@ def run_peer(sentences: list[str], steps: int, threads: int, workdir: Path, seed
 def run_mixcse(train_file: Path, steps: int, threads: int, workdir: Path, seed: int,
                length_buckets: int | None = None) -> dict:
     import mixcse
-    import mixcse.trainer as trainer_module
+    import mixcse.training.trainer as trainer_module
 
     load_time = []
     original = trainer_module.load_encoder
@@ -163,6 +166,7 @@ def main() -> None:
     quiet()
     t_start = time.perf_counter()
     import sentence_transformers  # noqa: F401  (import time counted in neither side)
+
     import mixcse  # noqa: F401
 
     workdir = Path(tempfile.mkdtemp(prefix="mixcse-vs-st-"))

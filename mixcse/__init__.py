@@ -6,11 +6,11 @@ import torch."""
 import importlib
 
 _EXPORTS = {
-    "config": ("TrainConfig", "load_recipe"),
-    "encoder": ("SentenceEncoder",),
+    "training.config": ("TrainConfig", "load_recipe"),
+    "sentence_encoder": ("SentenceEncoder",),
     "errors": ("MixCSEError",),
     "losses": ("PRESETS", "ContrastiveObjective", "contrastive_loss"),
-    "trainer": ("train",),
+    "training.trainer": ("train",),
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = ["TrainConfig", "load_recipe", "SentenceEncoder", "MixCSEError", "PRESETS", "ContrastiveObjective",

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import MixCSEError
-from .fileio import normal_file_mode, unwritable_reason
-from .onnx_backend import ONNX_DIR, ONNX_FILES, ONNX_POOLERS, open_graph
+from mixcse.errors import MixCSEError
+from mixcse.onnx_backend import ONNX_DIR, ONNX_FILES, ONNX_POOLERS, open_graph
+from mixcse.utils.files import normal_file_mode, unwritable_reason
 
 FORMATS = ("onnx",)
 QUANTIZATIONS = ("int8",)
@@ -168,8 +168,8 @@ def export_onnx(model_dir: str | os.PathLike, output: str | os.PathLike, quantiz
     if not os.path.isdir(model_dir):
         raise MixCSEError(f"{model_dir} is not a model folder" if os.path.exists(model_dir)
                           else f"model path does not exist: {model_dir}")
-    from .formats import read_model_dir
-    from .model import load_encoder
+    from mixcse.formats import read_model_dir
+    from mixcse.model import load_encoder
 
     encoder, tokenizer, info = load_encoder(model_dir)
     backbone = encoder.backbone.eval()
@@ -223,23 +223,3 @@ def export_onnx(model_dir: str | os.PathLike, output: str | os.PathLike, quantiz
             with contextlib.suppress(OSError):
                 folder.rmdir()
     return report
-
-
-# ------------------------------------------------------------------------------------------------------ CLI
-def add_export_arguments(p) -> None:
-    p.description = ("Write a copy of a model folder with its ONNX graph (onnx/model.onnx: the transformer's "
-                     "last_hidden_state; pooling stays in the folder's config), the layout sentence-transformers' "
-                     "ONNX backend reads; `--backend onnx` on encode, search and eval runs it with onnxruntime.")
-    p.add_argument("model", help="mixcse, sentence-transformers or Hugging Face model folder")
-    p.add_argument("--format", choices=FORMATS, default="onnx", help="export format (default onnx)")
-    p.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
-                   help="also write onnx/model_qint8.onnx: int8 weights, per-channel dynamic quantisation")
-    p.add_argument("--output", required=True, metavar="DIR", help="new folder to write (must not exist)")
-
-
-def run_export(args) -> int:
-    report = export_onnx(args.model, args.output, quantize=args.quantize)
-    sizes = ", ".join(f"{name} ({size / 1e6:.1f} MB)" for name, size in report["files"].items())
-    print(f"wrote {report['output']}: {sizes}; inputs {', '.join(report['inputs'])}; largest relative difference "
-          f"to torch {report['max_rel_diff']:.1e}")
-    return 0

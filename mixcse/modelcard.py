@@ -15,10 +15,9 @@ from typing import Any
 
 import yaml
 
-from .formats import LAYER_POOLERS
-from .jsonfiles import read_json_or_none, to_jsonable
-from .tables import STS_TASKS, TRANSFER_TASKS, label, markdown_table, number
-from .fileio import atomic_write_text
+from mixcse.formats import LAYER_POOLERS
+from mixcse.utils.files import atomic_write_text, read_json_or_none, to_jsonable
+from mixcse.utils.tables import STS_TASKS, TRANSFER_TASKS, label, markdown_table, number
 
 CARD_FILE = "README.md"
 RECORD_FILE = "mixcse.json"
@@ -193,7 +192,7 @@ def _eval_section(eval_results: dict) -> list[str]:
         lines.append("")
     pairs = eval_results.get("pairs")
     if isinstance(pairs, dict) and pairs:
-        from .evaluation.pairs import format_pairs_table
+        from mixcse.evaluation.pairs import format_pairs_table
 
         lines += ["Labelled pairs: x100 of cosine similarities; AP (average precision), accuracy and F1 at the best "
                   "thresholds for 0/1 labels, Spearman for graded labels.", ""]
@@ -210,22 +209,29 @@ def render_model_card(best_dir: Path, resolved: dict, summary: dict, eval_result
     best_dir = Path(best_dir)
     resolved, summary = resolved or {}, summary or {}
     cfg = resolved.get("config") or {}
-    objective = resolved.get("objective") or {}
     record = read_json_or_none(best_dir / RECORD_FILE) or {}
     pooler = summary.get("test_pooler") or (record.get("pooler") if isinstance(record, dict) else None)
-    base = cfg.get("model")
-    loss = cfg.get("loss")
-    name = _model_name(best_dir)
-    architecture, dim = _describe_modules(best_dir)
+    lines = [_front_matter(cfg.get("model"), cfg.get("loss"), eval_results), f"# {_model_name(best_dir)}", ""]
+    lines += _details(best_dir, cfg, pooler)
+    if cfg or resolved.get("objective"):
+        lines += _recipe(resolved, summary) + _training_data(resolved, summary) + _selection(summary)
+    if eval_results:
+        lines += _eval_section(eval_results)
+    lines += _usage(pooler, model_id)
+    lines += ["## Citation", "", "```bibtex", MIXCSE_BIBTEX, "", SIMCSE_BIBTEX, "```", ""]
+    return "\n".join(lines)
 
+
+def _base_text(base: str | None) -> str | None:
     if base and _is_hub_id(base):
-        base_text = f"[{base}](https://huggingface.co/{base})"
-    elif base:
-        base_text = f"`{Path(base).name}` (a local model)"
-    else:
-        base_text = None
+        return f"[{base}](https://huggingface.co/{base})"
+    return f"`{Path(base).name}` (a local model)" if base else None
 
-    lines = [_front_matter(base, loss, eval_results), f"# {name}", ""]
+
+def _details(best_dir: Path, cfg: dict, pooler: str | None) -> list[str]:
+    """The introduction, "Model Details" and the module architecture."""
+    base_text, loss = _base_text(cfg.get("model")), cfg.get("loss")
+    architecture, dim = _describe_modules(best_dir)
     recipe_name = {"simcse": "unsupervised SimCSE"}.get(loss or "", "MixCSE" if loss else None)
     intro = "This is a [sentence-transformers](https://www.SBERT.net) model"
     intro += f" trained from {base_text}" if base_text else ""
@@ -235,7 +241,6 @@ def render_model_card(best_dir: Path, resolved: dict, summary: dict, eval_result
     intro += f" It maps sentences to a {dim}-dimensional dense vector space" if dim else \
         " It maps sentences to dense vectors"
     intro += " for semantic textual similarity, semantic search, clustering and classification."
-    lines += [intro, "", "## Model Details", ""]
     details = ["- **Model Type:** Sentence Transformer"]
     if base_text:
         details.append(f"- **Base model:** {base_text}")
@@ -248,103 +253,108 @@ def render_model_card(best_dir: Path, resolved: dict, summary: dict, eval_result
     details.append("- **Similarity Function:** cosine similarity")
     if cfg.get("max_seq_length"):
         details.append(f"- **Training sequence length:** {cfg['max_seq_length']} tokens")
-    lines += details + [""]
+    lines = [intro, "", "## Model Details", ""] + details + [""]
     if architecture:
         lines += ["### Full Model Architecture", "", "```", architecture, "```", ""]
+    return lines
 
-    if cfg or objective:
-        lam = objective.get("lam", cfg.get("lam"))
-        directions = objective.get("directions", cfg.get("directions"))
-        steps, total = summary.get("steps"), summary.get("total_steps") or resolved.get("total_steps")
-        train_pooler = f"`{cfg['pooler']}`" if cfg.get("pooler") else "--"
-        if cfg.get("pooler") == "cls":
-            train_pooler += " + MLP head" + (" (training only)" if cfg.get("mlp_only_train", True) else "")
-        rows = [
-            ["loss preset", f"`{loss}`" if loss else "--"],
-            ["λ (mixing coefficient)", "-- (no mixed negatives)" if lam is None else f"{lam:g}"],
-            ["τ (temperature)", f"{objective.get('temperature', cfg.get('temperature')):g}"
-             if objective.get("temperature", cfg.get("temperature")) is not None else "--"],
-            ["directions", {1: "1 (anchors from view 1)", 2: "2 (both views as anchors)"}.get(directions, "--")],
-        ]
-        if lam is not None:
-            rows.append(["mixed-negative gradient", {"stop": "stop-gradient", "through": "flows through"}.get(
-                objective.get("mix_grad", cfg.get("mix_grad")), "--")])
-            if objective.get("lam_bound"):
-                rows.append(["λ bound", "per pair, mixed negative never closer than the positive"])
-            if objective.get("formulation") == "released":
-                rows.append(["formulation", "the released code's loss"])
-        rows += [
-            ["batch size", str(cfg.get("batch_size", "--"))],
-            ["learning rate", f"{cfg['learning_rate']:g}" if cfg.get("learning_rate") else "--"],
-            ["steps", f"{steps}" + (f" of {total}" if total and total != steps else "") if steps else "--"],
-            ["pooler (training)", train_pooler],
-            ["max sequence length", str(cfg.get("max_seq_length", "--"))],
-            ["precision", str(resolved.get("precision", cfg.get("precision", "--")))],
-            ["seed", str(cfg.get("seed", "--"))],
-        ]
-        if cfg.get("warmup_ratio"):
-            rows.append(["warm-up", f"{cfg['warmup_ratio']:g} of the steps"])
-        if cfg.get("weight_decay"):
-            rows.append(["weight decay", f"{cfg['weight_decay']:g}"])
-        lines += ["## Training", "", "### Recipe", "", "Unsupervised: every sentence is its own positive, the two "
-                  "views differing by dropout; the other sentences of the batch are the negatives"
-                  + (", plus one mixed hard negative per pair, normalize(λ·h'ᵢ + (1-λ)·h'ⱼ)." if lam is not None
-                     else "."), ""]
-        lines += markdown_table(["setting", "value"], rows, centred=True) + [""]
-        history = [entry for entry in resolved.get("history") or [] if isinstance(entry, dict)]
-        if history:
-            lines += ["Config keys changed when the run was resumed (the table shows the final values):", ""]
-            for entry in history:
-                changed = (entry.get("changed") or {}).items()
-                changes = "; ".join(f"`{key}` {old} → {new}" for key, (old, new) in changed)
-                lines.append(f"- from step {entry.get('step', '?')}: {changes}")
-            lines.append("")
 
-        train_file = cfg.get("train_file")
-        lines += ["### Training Data", ""]
-        if train_file:
-            data = f"`{Path(train_file).name}`, one sentence per line"
-            if cfg.get("max_sentences"):
-                data += f", first {cfg['max_sentences']:,} sentences"
-            if cfg.get("dedupe"):
-                data += ", de-duplicated"
-            lines.append(f"- **File:** {data}")
-        if steps and cfg.get("batch_size"):
-            lines.append(f"- **Sentences seen:** {steps * cfg['batch_size']:,} ({steps} steps x {cfg['batch_size']})")
-        if summary.get("train_seconds") is not None:
-            lines.append(f"- **Training time:** {summary['train_seconds']:.0f} s on {resolved.get('device', '?')} "
-                         f"({summary.get('sentences_per_second', 0):.0f} sentences/s)")
+def _recipe(resolved: dict, summary: dict) -> list[str]:
+    """"Training" / "Recipe": the loss and the optimisation settings, and the keys a resume changed."""
+    cfg, objective = resolved.get("config") or {}, resolved.get("objective") or {}
+    loss = cfg.get("loss")
+    lam = objective.get("lam", cfg.get("lam"))
+    temperature = objective.get("temperature", cfg.get("temperature"))
+    directions = objective.get("directions", cfg.get("directions"))
+    steps, total = summary.get("steps"), summary.get("total_steps") or resolved.get("total_steps")
+    train_pooler = f"`{cfg['pooler']}`" if cfg.get("pooler") else "--"
+    if cfg.get("pooler") == "cls":
+        train_pooler += " + MLP head" + (" (training only)" if cfg.get("mlp_only_train", True) else "")
+    rows = [
+        ["loss preset", f"`{loss}`" if loss else "--"],
+        ["λ (mixing coefficient)", "-- (no mixed negatives)" if lam is None else f"{lam:g}"],
+        ["τ (temperature)", f"{temperature:g}" if temperature is not None else "--"],
+        ["directions", {1: "1 (anchors from view 1)", 2: "2 (both views as anchors)"}.get(directions, "--")],
+    ]
+    if lam is not None:
+        rows.append(["mixed-negative gradient", {"stop": "stop-gradient", "through": "flows through"}.get(
+            objective.get("mix_grad", cfg.get("mix_grad")), "--")])
+        if objective.get("lam_bound"):
+            rows.append(["λ bound", "per pair, mixed negative never closer than the positive"])
+        if objective.get("formulation") == "released":
+            rows.append(["formulation", "the released code's loss"])
+    rows += [
+        ["batch size", str(cfg.get("batch_size", "--"))],
+        ["learning rate", f"{cfg['learning_rate']:g}" if cfg.get("learning_rate") else "--"],
+        ["steps", f"{steps}" + (f" of {total}" if total and total != steps else "") if steps else "--"],
+        ["pooler (training)", train_pooler],
+        ["max sequence length", str(cfg.get("max_seq_length", "--"))],
+        ["precision", str(resolved.get("precision", cfg.get("precision", "--")))],
+        ["seed", str(cfg.get("seed", "--"))],
+    ]
+    if cfg.get("warmup_ratio"):
+        rows.append(["warm-up", f"{cfg['warmup_ratio']:g} of the steps"])
+    if cfg.get("weight_decay"):
+        rows.append(["weight decay", f"{cfg['weight_decay']:g}"])
+    lines = ["## Training", "", "### Recipe", "", "Unsupervised: every sentence is its own positive, the two views "
+             "differing by dropout; the other sentences of the batch are the negatives"
+             + (", plus one mixed hard negative per pair, normalize(λ·h'ᵢ + (1-λ)·h'ⱼ)." if lam is not None
+                else "."), ""]
+    lines += markdown_table(["setting", "value"], rows, centred=True) + [""]
+    history = [entry for entry in resolved.get("history") or [] if isinstance(entry, dict)]
+    if history:
+        lines += ["Config keys changed when the run was resumed (the table shows the final values):", ""]
+        for entry in history:
+            changes = "; ".join(f"`{key}` {old} → {new}" for key, (old, new) in (entry.get("changed") or {}).items())
+            lines.append(f"- from step {entry.get('step', '?')}: {changes}")
         lines.append("")
+    return lines
 
-        metric = summary.get("select_metric", "stsb_dev" if summary.get("best_dev") is not None else None)
-        lines += ["### Checkpoint Selection", ""]
-        if summary.get("best_dev") is not None:
-            what = summary.get("selection") or "Spearman correlation x100 of cosine similarities on the STS-B " \
-                                                "development set"
-            lines += [f"Selected on {what}; the starting model was a candidate.", ""]
-            lines += markdown_table(["checkpoint", f"`{metric}`"],
-                                    [["start (before training)", number(summary.get("raw_dev"))],
-                                     [f"selected (step {summary.get('best_step', '?')})",
-                                      number(summary.get("best_dev"))]], centred=True)
-            if summary.get("start_won"):
-                lines += ["", "No training step beat the starting model on this metric: these are its weights."]
-            lines.append("")
-        held_out = summary.get("test_pairs")
-        if held_out:
-            lines += ["Held-out labelled pairs, never used for selection (x100):", ""]
-            lines += markdown_table(["pairs", "metric", "start", "selected"],
-                                    [[name, r.get("metric", "?"), number(r.get("start")), number(r.get("best"))]
-                                     for name, r in held_out.items()], centred=True)
-            lines.append("")
-        else:
-            lines += ["No selection data was used during training: this is the final checkpoint"
-                      + (f" (step {summary['best_step']})." if summary.get("best_step") else "."), ""]
 
-    if eval_results:
-        lines += _eval_section(eval_results)
-    lines += _usage(pooler, model_id)
-    lines += ["## Citation", "", "```bibtex", MIXCSE_BIBTEX, "", SIMCSE_BIBTEX, "```", ""]
-    return "\n".join(lines)
+def _training_data(resolved: dict, summary: dict) -> list[str]:
+    cfg, steps = resolved.get("config") or {}, summary.get("steps")
+    lines = ["### Training Data", ""]
+    if cfg.get("train_file"):
+        data = f"`{Path(cfg['train_file']).name}`, one sentence per line"
+        if cfg.get("max_sentences"):
+            data += f", first {cfg['max_sentences']:,} sentences"
+        if cfg.get("dedupe"):
+            data += ", de-duplicated"
+        lines.append(f"- **File:** {data}")
+    if steps and cfg.get("batch_size"):
+        lines.append(f"- **Sentences seen:** {steps * cfg['batch_size']:,} ({steps} steps x {cfg['batch_size']})")
+    if summary.get("train_seconds") is not None:
+        lines.append(f"- **Training time:** {summary['train_seconds']:.0f} s on {resolved.get('device', '?')} "
+                     f"({summary.get('sentences_per_second', 0):.0f} sentences/s)")
+    return lines + [""]
+
+
+def _selection(summary: dict) -> list[str]:
+    """"Checkpoint Selection": the start and the selected checkpoint, and the held-out pairs on both."""
+    lines = ["### Checkpoint Selection", ""]
+    if summary.get("best_dev") is not None:
+        metric = summary.get("select_metric") or "stsb_dev"
+        what = summary.get("selection") or "Spearman correlation x100 of cosine similarities on the STS-B " \
+                                            "development set"
+        lines += [f"Selected on {what}; the starting model was a candidate.", ""]
+        lines += markdown_table(["checkpoint", f"`{metric}`"],
+                                [["start (before training)", number(summary.get("raw_dev"))],
+                                 [f"selected (step {summary.get('best_step', '?')})",
+                                  number(summary.get("best_dev"))]], centred=True)
+        if summary.get("start_won"):
+            lines += ["", "No training step beat the starting model on this metric: these are its weights."]
+        lines.append("")
+    else:
+        lines += ["No selection data was used during training: this is the final checkpoint"
+                  + (f" (step {summary['best_step']})." if summary.get("best_step") else "."), ""]
+    held_out = summary.get("test_pairs")
+    if held_out:
+        lines += ["Held-out labelled pairs, never used for selection (x100):", ""]
+        lines += markdown_table(["pairs", "metric", "start", "selected"],
+                                [[name, r.get("metric", "?"), number(r.get("start")), number(r.get("best"))]
+                                 for name, r in held_out.items()], centred=True)
+        lines.append("")
+    return lines
 
 
 def write_model_card(best_dir: Path, resolved: dict, summary: dict, eval_results: dict | None = None, *,
@@ -373,7 +383,7 @@ def update_model_card_with_eval(best_dir: Path, eval_results: dict, *, model_id:
     """
     best_dir = Path(best_dir)
     if not best_dir.is_dir():
-        from .errors import MixCSEError
+        from mixcse.errors import MixCSEError
 
         raise MixCSEError(f"not a model directory: {best_dir}")
     record = read_json_or_none(best_dir / RECORD_FILE)

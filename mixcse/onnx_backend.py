@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import MixCSEError
-from .formats import LAYER_POOLERS, ModelDirInfo, read_model_dir
-from .progress import Progress
-from .search import EncoderMethods
+from mixcse.errors import MixCSEError
+from mixcse.formats import ModelDirInfo, read_model_dir
+from mixcse.search import EncoderMethods
+from mixcse.utils.progress import Progress
 
 ONNX_DIR = "onnx"
 ONNX_FILES = {"fp32": "model.onnx", "int8": "model_qint8.onnx"}  # precision -> file in onnx/

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import MixCSEError
+from mixcse.errors import MixCSEError
 
 BACKENDS = ("auto", "numpy", "faiss")
 

@@ -19,7 +19,7 @@ import pytest
 
 import mixcse
 from mixcse.cli import main
-from mixcse.rundir import LOCK_FILE
+from mixcse.training.rundir import LOCK_FILE
 
 CASES = [
     # --- mixcse train: the recipe and its overrides

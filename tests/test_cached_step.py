@@ -12,15 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import FILLER, TOPICS, make_tiny_bert, synthetic_sentence
 
-from mixcse.config import TrainConfig
-from mixcse.distributed import DistContext
-from mixcse.fast_dropout import use_fast_dropout
 from mixcse.losses import PRESETS, contrastive_loss
 from mixcse.model import load_encoder
-from mixcse.step import CachedStep, PlainStep, make_step
-
-from conftest import FILLER, TOPICS, make_tiny_bert, synthetic_sentence
+from mixcse.training.config import TrainConfig
+from mixcse.training.distributed import DistContext
+from mixcse.training.dropout import use_fast_dropout
+from mixcse.training.step import CachedStep, PlainStep, make_step
 
 N, K = 16, 4
 
@@ -130,7 +129,7 @@ def test_replay_covers_the_numpy_dropout_masks(models, arch):
 
 def test_a_wrong_replay_would_be_caught(tiny_bert, monkeypatch):
     """Without the RNG replay the second pass draws other masks: the comparison above must then fail."""
-    import mixcse.step as step_module
+    import mixcse.training.step as step_module
 
     monkeypatch.setattr(step_module, "rng_restore", lambda snapshot, device: None)
     with pytest.raises(AssertionError):

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from mixcse.cli import _next_step
+from mixcse.cli.train import _next_step
 
 
 def _result(raw, best, best_step, metric="stsb_dev"):

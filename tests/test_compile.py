@@ -6,13 +6,12 @@ import random
 
 import pytest
 import torch
-
-from mixcse.config import TrainConfig
-from mixcse.distributed import DistContext
-from mixcse.model import load_encoder
-from mixcse.step import make_step
-
 from conftest import FILLER, TOPICS, make_tiny_bert, synthetic_sentence
+
+from mixcse.model import load_encoder
+from mixcse.training.config import TrainConfig
+from mixcse.training.distributed import DistContext
+from mixcse.training.step import make_step
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,11 @@ import gzip
 import numpy as np
 import pytest
 
-from mixcse.config import TrainConfig, build_config, load_recipe, parse_overrides
-from mixcse.data import BatchPlan, read_sentences
+from mixcse.data.documents import read_sentences
+from mixcse.data.loader import BatchPlan
 from mixcse.errors import ConfigError, DataError
 from mixcse.losses import PRESETS
+from mixcse.training.config import TrainConfig, build_config, load_recipe, parse_overrides
 
 BASE = {"model": "m", "train_file": "t.txt", "output_dir": "o"}
 

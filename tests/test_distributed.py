@@ -9,7 +9,6 @@ import sys
 import pytest
 import torch
 import yaml
-
 from conftest import FILLER, TOPICS, make_tiny_bert
 
 

@@ -1,4 +1,4 @@
-"""mixcse/documents.py: training text from documents (jsonl, csv, tsv, parquet) and plain lines; its stats and
+"""mixcse/data/documents.py: training text from documents (jsonl, csv, tsv, parquet) and plain lines; its stats and
 errors; the config keys; the tokenisation stats; what `mixcse train` prints and refuses."""
 
 from __future__ import annotations
@@ -11,11 +11,20 @@ import numpy as np
 import pytest
 
 from mixcse.cli import main
-from mixcse.config import build_config
-from mixcse.data import Corpus, TokenizedCorpus, read_sentences
-from mixcse.documents import (DOCUMENT_MIN_WORDS, _Seen, describe, file_format, read_segments, read_training_text,
-                              split_sentences)
+from mixcse.data.documents import (
+    DOCUMENT_MIN_WORDS,
+    _Seen,
+    describe,
+    file_format,
+    read_segments,
+    read_sentences,
+    read_training_text,
+    split_sentences,
+)
+from mixcse.data.loader import Corpus
+from mixcse.data.memory import TokenizedCorpus
 from mixcse.errors import ConfigError, DataError
+from mixcse.training.config import build_config
 
 # Two BEIR-shaped documents: titles without a final stop, a heading shorter than 4 words, a sentence they share.
 DOCS = [
@@ -288,7 +297,7 @@ def test_train_on_documents_prints_what_it_read(tiny_bert, tmp_path, capsys):
         " ".join(rng.choice(words, 6)) + "." for _ in range(3))} for i in range(12)]
     path = write_jsonl(tmp_path / "corpus.jsonl", records)
     out = tmp_path / "run"
-    from mixcse.trainer import train
+    from mixcse.training.trainer import train
 
     cfg = build_config({"model": str(tiny_bert), "train_file": str(path), "output_dir": str(out), "batch_size": 8,
                         "max_steps": 2, "max_seq_length": 6, "eval_steps": 2, "log_steps": 1})

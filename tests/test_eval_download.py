@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mixcse import cli
-from mixcse.evaluation import DataError, command
+from mixcse.evaluation import DataError
 from mixcse.evaluation.download import SENTEVAL_FILES, download
 
 FILES = {

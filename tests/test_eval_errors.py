@@ -5,10 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mixcse.evaluation import DataError, evaluate
 from mixcse import cli
-from mixcse.evaluation import command
-from mixcse.evaluation.data import load_mrpc, load_stsb, load_sts_subset, load_trec
+from mixcse.cli import eval as command
+from mixcse.evaluation import DataError, evaluate
+from mixcse.evaluation.senteval import load_mrpc, load_sts_subset, load_stsb, load_trec
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval" / "downstream"
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
+from test_selection import tiny
 
 import mixcse
 from mixcse.cli import main as cli_main
-from mixcse.encoder import SentenceEncoder
 from mixcse.evaluation import pairs as P
 from mixcse.evaluation.runner import evaluate
 from mixcse.hub import resolve_model
-from test_selection import tiny
+from mixcse.sentence_encoder import SentenceEncoder
 
 MQP = Path(__file__).resolve().parents[2] / "shared" / "data" / "domain" / "medical-questions"
 
@@ -183,7 +183,7 @@ def test_the_main_jobs_model_name_resolves_to_the_offline_wheel(capsys, monkeypa
 
 def test_the_shipped_recipes_are_the_measured_recipe():
     """The medical-questions recipes train with the settings of the benchmark's 3-seed rows (its results file)."""
-    from mixcse.config import load_recipe
+    from mixcse.training.config import load_recipe
 
     repo = Path(__file__).resolve().parents[1]
     results = json.loads((repo / "benchmarks" / "results" / "similarity_adaptation.json").read_text())

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mixcse.errors import DataError, MixCSEError
 from mixcse import cli
-from mixcse.evaluation import command
+from mixcse.cli import eval as command
+from mixcse.errors import DataError, MixCSEError
 from mixcse.evaluation.retrieval import dev_subset, evaluate_retrieval, load_beir, score_retrieval
 from mixcse.evaluation.runner import evaluate, format_tables
 

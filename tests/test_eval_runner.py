@@ -7,11 +7,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mixcse.evaluation import (ALL_TASKS, evaluate, expand_tasks, format_tables, plot_alignment_uniformity,
-                               plot_training_cosines, sphere_stats, stsb_dev_spearman, to_jsonable)
 from mixcse import cli
-from mixcse.evaluation import alignment, command
-from mixcse.evaluation.data import default_data_dir, load_binary, load_stsb, load_trec, resolve_data_dir
+from mixcse.cli import eval as command
+from mixcse.evaluation import (
+    ALL_TASKS,
+    alignment,
+    evaluate,
+    expand_tasks,
+    format_tables,
+    plot_alignment_uniformity,
+    plot_training_cosines,
+    sphere_stats,
+    stsb_dev_spearman,
+    to_jsonable,
+)
+from mixcse.evaluation.senteval import default_data_dir, load_binary, load_stsb, load_trec, resolve_data_dir
 from mixcse.evaluation.sts import row_cosine, spearman
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval" / "downstream"
@@ -116,7 +126,7 @@ def test_cache_reused_only_with_fingerprint(tmp_path):
 
 def test_task_scores_do_not_depend_on_the_other_tasks(tiny_bert, tmp_path):
     """A real model's embeddings move in the last bits with their batch-mates; a task's numbers must not."""
-    from mixcse.encoder import SentenceEncoder
+    from mixcse.sentence_encoder import SentenceEncoder
 
     enc = SentenceEncoder.load(tiny_bert, pooler="cls", device="cpu")
     kw = dict(data_dir=FIXTURE, mode="fasttest", batch_size=8, verbose=False)
@@ -253,7 +263,7 @@ def test_eval_help_gives_the_data_dir_search_order_that_default_data_dir_follows
 
 
 def test_bf16_precision_is_an_encoder_setting_that_evaluation_records(tiny_bert, tmp_path, capsys):
-    from mixcse.encoder import SentenceEncoder
+    from mixcse.sentence_encoder import SentenceEncoder
 
     fp32 = SentenceEncoder.load(tiny_bert, pooler="cls", device="cpu")
     bf16 = SentenceEncoder.load(tiny_bert, pooler="cls", device="cpu", precision="bf16")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mixcse.evaluation import evaluate
-from mixcse.evaluation.data import PairSet, load_sick, load_stsb, load_sts_subset
+from mixcse.evaluation.senteval import PairSet, load_sick, load_sts_subset, load_stsb
 from mixcse.evaluation.sts import row_cosine, score_sts_task, spearman
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval" / "downstream"

@@ -4,9 +4,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mixcse.evaluation.classifiers import (SklearnLR, TorchLR, dev_split, inner_kfold, kfold_then_test,
-                                           make_classifier, stratified_folds)
-from mixcse.evaluation.data import load_binary, load_mrpc, load_sst2, load_trec
+from mixcse.evaluation.classifiers import (
+    SklearnLR,
+    TorchLR,
+    dev_split,
+    inner_kfold,
+    kfold_then_test,
+    make_classifier,
+    stratified_folds,
+)
+from mixcse.evaluation.senteval import load_binary, load_mrpc, load_sst2, load_trec
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval" / "downstream"
 

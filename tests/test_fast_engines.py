@@ -9,12 +9,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import senteval_reference as ref
 from sklearn.linear_model import LogisticRegression
 
-import senteval_reference as ref
 from mixcse.evaluation import batched_logreg
-from mixcse.evaluation.classifiers import (SklearnLR, TorchLR, dev_split, inner_kfold, kfold_then_test,
-                                           make_classifier, single_threaded)
+from mixcse.evaluation.classifiers import (
+    SklearnLR,
+    TorchLR,
+    dev_split,
+    inner_kfold,
+    kfold_then_test,
+    make_classifier,
+    single_threaded,
+)
 
 FIXTURE = np.load(Path(__file__).parent / "fixtures" / "minilm_transfer_embeddings.npz")
 CR = FIXTURE["cr_X"].astype(np.float32), FIXTURE["cr_y"].astype(np.int64)
@@ -143,7 +150,7 @@ UNITS = {
 
 @pytest.fixture(scope="module")
 def encoder(tiny_bert):
-    from mixcse.encoder import SentenceEncoder
+    from mixcse.sentence_encoder import SentenceEncoder
 
     return SentenceEncoder.load(tiny_bert, pooler="avg", device="cpu")
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from mixcse.encoder import SentenceEncoder
 from mixcse.errors import MixCSEError
 from mixcse.formats import LAYER_POOLERS, read_model_dir
-from mixcse.jsonfiles import read_json, read_json_or_none, to_jsonable
 from mixcse.model import load_encoder
+from mixcse.sentence_encoder import SentenceEncoder
+from mixcse.utils.files import read_json, read_json_or_none, to_jsonable
 
 SENTENCES = ["t0w1 t0w2 the t1w3", "t5w5 a t6w6 t6w7 t5w1", "t2w2"]
 

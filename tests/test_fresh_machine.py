@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import skip_is_a_missing_module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,7 +26,7 @@ def test_a_skip_for_a_missing_module_is_recognised():
 
 
 def test_the_skip_guard_turns_such_a_skip_into_a_failure(tmp_path):
-    (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
+    (tmp_path / "conftest.py").write_text((REPO / "conftest.py").read_text())
     (tmp_path / "test_x.py").write_text("import pytest\n\ndef test_a():\n    pytest.importorskip('mixcse_nope')\n\n"
                                         "def test_b():\n    pytest.skip('no GPU')\n")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],

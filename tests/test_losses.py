@@ -5,11 +5,18 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from reference import literal_loss, literal_released
 
-from mixcse.losses import (PRESETS, ContrastiveObjective, bounded_lambda, contrastive_loss, limit_mixed_cosine,
-                           mixed_similarities, objective_from_preset)
-
-from reference import literal_loss, literal_released, materialised_mixcse_loss
+from mixcse.losses import (
+    PRESETS,
+    ContrastiveObjective,
+    bounded_lambda,
+    contrastive_loss,
+    limit_mixed_cosine,
+    materialised_mixcse_loss,
+    mixed_similarities,
+    objective_from_preset,
+)
 
 
 def views(n=7, d=5, seed=0):

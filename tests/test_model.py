@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import STAND_IN, TOPICS, needs_shared
 
 from mixcse.model import load_encoder
-
-from conftest import STAND_IN, TOPICS, needs_shared
 
 WORDS = [w for topic in TOPICS for w in topic]
 

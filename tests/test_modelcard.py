@@ -10,9 +10,9 @@ import pytest
 import torch
 import yaml
 
-from mixcse.encoder import SentenceEncoder
-from mixcse.modelcard import MODEL_PLACEHOLDER, update_model_card_with_eval, write_model_card
 from mixcse.model import load_encoder
+from mixcse.modelcard import MODEL_PLACEHOLDER, update_model_card_with_eval, write_model_card
+from mixcse.sentence_encoder import SentenceEncoder
 
 RESOLVED = {
     "config": {"model": "bert-base-uncased", "train_file": "/home/someone/data/wiki1m_for_simcse.txt",
@@ -71,6 +71,7 @@ def test_card_front_matter_and_sections(model_dir):
     assert "`wiki1m_for_simcse.txt`" in text and "/home/someone" not in text  # no local paths
     assert "Transformer (BertModel) -> Pooling (cls)" in text
     assert "64-dimensional" in text and "## Evaluation" not in text
+    assert "Selected on" in text and "No selection data" not in text  # a selected run says only that
     record = json.loads((model_dir / "mixcse.json").read_text())
     assert record["pooler"] == "cls_before_pooler" and record["training"]["objective"]["lam"] == 0.2
     assert record["summary"]["best_step"] == 1250 and "eval" not in record

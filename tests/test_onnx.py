@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import FILLER, STAND_IN, TOPICS, make_tiny_bert, needs_shared
+
 from mixcse.cli import main
-from mixcse.encoder import SentenceEncoder
 from mixcse.export import export_onnx
+from mixcse.sentence_encoder import SentenceEncoder
 
 VOCAB = FILLER + [w for topic in TOPICS for w in topic]
 # lengths 1..~60 words: the export traces a batch of 2 short sentences
@@ -218,6 +218,7 @@ def test_export_refuses_without_onnx_packages(missing, tiny_bert, tmp_path, caps
 
 def test_export_refuses_layer_averaging_pooler(tmp_path, capsys):
     import torch
+
     from mixcse.model import Encoder, load_backbone
 
     src = make_tiny_bert(tmp_path / "plain", vocab=VOCAB)

@@ -8,18 +8,18 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import FILLER, TOPICS, make_tiny_bert
 
 import mixcse
-from mixcse.config import TrainConfig
-from mixcse.data import PairedCorpus, open_corpus
-from mixcse.distributed import DistContext
-from mixcse.documents import read_positive_pairs
+from mixcse.data.documents import read_positive_pairs
+from mixcse.data.loader import open_corpus
+from mixcse.data.memory import PairedCorpus
 from mixcse.errors import ConfigError, DataError
 from mixcse.losses import PRESETS, contrastive_loss
 from mixcse.model import load_encoder
-from mixcse.step import PlainStep
-
-from conftest import FILLER, TOPICS, make_tiny_bert
+from mixcse.training.config import TrainConfig
+from mixcse.training.distributed import DistContext
+from mixcse.training.step import PlainStep
 
 DOCS = [
     {"_id": "1", "title": "Cells divide very often",

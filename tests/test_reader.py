@@ -1,4 +1,4 @@
-"""mixcse/reader.py: the one reader of text files (strict UTF-8, NUL bytes, corrupt gzip), and its callers."""
+"""mixcse/data/reader.py: the one reader of text files (strict UTF-8, NUL bytes, corrupt gzip), and its callers."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import gzip
 import pytest
 
 from mixcse.cli import main
-from mixcse.data import read_sentences
+from mixcse.cli.encode import read_lines
+from mixcse.data.documents import read_sentences
+from mixcse.data.reader import iter_lines, read_nonblank
 from mixcse.errors import DataError
-from mixcse.inference_cli import read_lines
-from mixcse.reader import iter_lines, read_nonblank
 
 TEXT = "  first line \n\nsecond\t\n   \nthird\n"
 

@@ -7,10 +7,11 @@ import pytest
 import yaml
 
 import mixcse
-from mixcse.encoder import SentenceEncoder
+from conftest import write_tiny_beir
 from mixcse.evaluation.pairs import read_pairs
 from mixcse.evaluation.selection import PairsSelector, Selection, StsbDevSelector, better
 from mixcse.model import load_encoder
+from mixcse.sentence_encoder import SentenceEncoder
 
 
 def tiny(tiny_bert, synthetic_data, out, **kw):
@@ -170,32 +171,6 @@ def test_select_on_pairs_without_data_is_an_error(tiny_bert, synthetic_data, tmp
     with pytest.raises(mixcse.MixCSEError, match="needs select_data"):
         mixcse.train(tiny(tiny_bert, synthetic_data, tmp_path / "run", select_on="pairs"))
     assert not (tmp_path / "run").exists()
-
-
-def write_tiny_beir(root, rng_seed=0):
-    """A BEIR folder over the synthetic topic words: each document is about two topics, each query names a word of
-    its relevant document's topics; train and test qrels."""
-    import random
-
-    from conftest import TOPICS
-
-    rng = random.Random(rng_seed)
-    root.mkdir(parents=True, exist_ok=True)
-    docs = [(f"d{i}", rng.sample(range(8), 2)) for i in range(40)]
-    with open(root / "corpus.jsonl", "w") as fh:
-        for did, topics in docs:
-            words = [rng.choice(TOPICS[t]) for t in topics for _ in range(4)]
-            fh.write(json.dumps({"_id": did, "title": "", "text": " ".join(words)}) + "\n")
-    (root / "qrels").mkdir(exist_ok=True)
-    with open(root / "queries.jsonl", "w") as fq:
-        for split, span in (("train", range(0, 20)), ("test", range(20, 30))):
-            rows = ["query-id\tcorpus-id\tscore"]
-            for i in span:
-                did, topics = docs[i]
-                fq.write(json.dumps({"_id": f"q{i}", "text": " ".join(rng.choice(TOPICS[t]) for t in topics)}) + "\n")
-                rows.append(f"q{i}\t{did}\t1")
-            (root / "qrels" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
-    return root
 
 
 def test_retrieval_selection_in_training(tiny_bert, synthetic_data, tmp_path):

@@ -2,10 +2,18 @@
 reimplementation of SentEval's classifier (tests/senteval_reference.py), and SentEval's constants pinned."""
 import numpy as np
 import pytest
-
 import senteval_reference as ref
-from mixcse.evaluation.classifiers import (DEFAULT_CLASSIFIER, TorchLR, dev_split, inner_kfold, kfold_then_test,
-                                           make_classifier, single_threaded, stratified_folds)
+
+from mixcse.evaluation.classifiers import (
+    DEFAULT_CLASSIFIER,
+    TorchLR,
+    dev_split,
+    inner_kfold,
+    kfold_then_test,
+    make_classifier,
+    single_threaded,
+    stratified_folds,
+)
 from mixcse.evaluation.runner import KFOLD
 
 

@@ -5,12 +5,12 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import DOWNSTREAM, STAND_IN
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
-from conftest import DOWNSTREAM, STAND_IN
 from mixcse.evaluation.classifiers import SklearnLR, inner_kfold, kfold_then_test
-from mixcse.evaluation.data import load_binary, load_trec
+from mixcse.evaluation.senteval import load_binary, load_trec
 
 pytestmark = pytest.mark.skipif(not (STAND_IN / "model.safetensors").is_file() or not DOWNSTREAM.is_dir(),
                                 reason="needs ../shared (stand-in model and SentEval data)")
@@ -46,7 +46,7 @@ def stock_inner_kfold(X, y, grid, k):
 
 @pytest.fixture(scope="module")
 def encoder():
-    from mixcse.encoder import SentenceEncoder
+    from mixcse.sentence_encoder import SentenceEncoder
 
     return SentenceEncoder.load(STAND_IN, pooler="cls_before_pooler", device="cpu")
 

@@ -6,7 +6,7 @@ import pytest
 
 import mixcse
 from mixcse.errors import ConfigError
-from mixcse.tracking import flat_config, parse_report_to
+from mixcse.training.tracking import flat_config, parse_report_to
 
 
 def tiny(tiny_bert, synthetic_data, out, **kw):

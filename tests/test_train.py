@@ -10,10 +10,10 @@ import torch
 import yaml
 
 import mixcse
-from mixcse import rundir, step, trainer
 from mixcse.cli import main
-from mixcse.encoder import SentenceEncoder
 from mixcse.evaluation.selection import Selection, StsbDevSelector
+from mixcse.sentence_encoder import SentenceEncoder
+from mixcse.training import rundir, step, trainer
 
 
 def tiny_config(tiny_bert, synthetic_data, out, **kw):

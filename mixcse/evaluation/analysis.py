@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import PairSet
+from mixcse.evaluation.senteval import PairSet
 
 ANALYSIS_SPLITS = ("dev", "test")
 POSITIVE_THRESHOLD = 4.0

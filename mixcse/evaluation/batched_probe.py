@@ -40,6 +40,48 @@ def _epoch_plan(orders: list[np.ndarray], B: int):
     return idx, weight, np.arange(S)[None, :] < steps[:, None]
 
 
+def _validation_accuracy(W, Xa, yt, val_rows: list[np.ndarray], alive: np.ndarray, R: int, C: int) -> np.ndarray:
+    """Validation accuracy (len(alive), R) of every live probe; W holds the live problems' weights in order."""
+    import torch
+
+    D = Xa.shape[1]
+    n_val = np.asarray([len(v) for v in val_rows])
+    accs = np.zeros((len(alive), R))
+    for lo in range(0, len(alive), VALIDATION_CHUNK):
+        part = alive[lo:lo + VALIDATION_CHUNK]
+        width = max(int(n_val[part].max()), 1)
+        rows = np.zeros((len(part), width), dtype=np.int64)
+        mask = np.zeros((len(part), width), dtype=bool)
+        for i, p in enumerate(part):
+            rows[i, :n_val[p]] = val_rows[p]
+            mask[i, :n_val[p]] = True
+        rows_t = torch.from_numpy(rows)
+        logits = torch.bmm(W[lo:lo + len(part)], Xa[rows_t.view(-1)].view(len(part), width, D).transpose(1, 2))
+        pred = logits.view(len(part), R, C, width).argmax(2)  # first best class, as argmax over a row
+        right = (pred == yt[rows_t].unsqueeze(1)) & torch.from_numpy(mask).unsqueeze(1)
+        accs[lo:lo + len(part)] = right.sum(2).numpy() / np.maximum(n_val[part], 1)[:, None]
+    return accs
+
+
+def _early_stopping(accs, alive, W, best_W, best_acc, count, stopped, tenacity: int, C: int) -> None:
+    """SentEval's early stopping for every live probe, in place: a better validation accuracy keeps the weights in
+    best_W; a probe stops at the check after ``tenacity`` checks without one (the count is never reset)."""
+    import torch
+
+    live = ~stopped[alive]
+    better = live & (accs > best_acc[alive])
+    worse = live & ~better
+    if better.any():
+        a_idx, r_idx = np.nonzero(better)
+        best_acc[alive[a_idx], r_idx] = accs[a_idx, r_idx]
+        rows_rc = (r_idx[:, None] * C + np.arange(C)).reshape(-1)
+        best_W[torch.from_numpy(np.repeat(alive[a_idx], C)), torch.from_numpy(rows_rc)] = \
+            W[torch.from_numpy(np.repeat(a_idx, C)), torch.from_numpy(rows_rc)]
+    sub = alive[np.nonzero(worse)[0]], np.nonzero(worse)[1]
+    stopped[sub] |= count[sub] >= tenacity
+    count[sub] += 1
+
+
 def train(clf, X, y, problems, wd):
     import torch
 
@@ -96,7 +138,6 @@ def train(clf, X, y, problems, wd):
             Wa.addcdiv_(grad, m2a.sqrt().add_(EPS), value=-lr)
 
     val_rows = [np.asarray(splits[p][1], dtype=np.int64) for p in range(P)]
-    n_val = np.asarray([len(v) for v in val_rows])
     nepoch = 0
     while len(alive) and nepoch <= clf.max_epoch:
         for _ in range(clf.epoch_size):
@@ -123,32 +164,8 @@ def train(clf, X, y, problems, wd):
                 if adam:
                     m1[st] = m1s
         nepoch += clf.epoch_size
-        accs = np.zeros((len(alive), R))
-        for lo in range(0, len(alive), VALIDATION_CHUNK):
-            part = alive[lo:lo + VALIDATION_CHUNK]
-            width = max(int(n_val[part].max()), 1)
-            rows = np.zeros((len(part), width), dtype=np.int64)
-            mask = np.zeros((len(part), width), dtype=bool)
-            for i, p in enumerate(part):
-                rows[i, :n_val[p]] = val_rows[p]
-                mask[i, :n_val[p]] = True
-            rows_t = torch.from_numpy(rows)
-            logits = torch.bmm(W[lo:lo + len(part)], Xa[rows_t.view(-1)].view(len(part), width, D).transpose(1, 2))
-            pred = logits.view(len(part), R, C, width).argmax(2)  # first best class, as argmax over a row
-            right = (pred == yt[rows_t].unsqueeze(1)) & torch.from_numpy(mask).unsqueeze(1)
-            accs[lo:lo + len(part)] = right.sum(2).numpy() / np.maximum(n_val[part], 1)[:, None]
-        live = ~stopped[alive]
-        better = live & (accs > best_acc[alive])
-        worse = live & ~better
-        if better.any():
-            a_idx, r_idx = np.nonzero(better)
-            best_acc[alive[a_idx], r_idx] = accs[a_idx, r_idx]
-            rows_rc = (r_idx[:, None] * C + np.arange(C)).reshape(-1)
-            best_W[torch.from_numpy(np.repeat(alive[a_idx], C)), torch.from_numpy(rows_rc)] = \
-                W[torch.from_numpy(np.repeat(a_idx, C)), torch.from_numpy(rows_rc)]
-        sub = alive[np.nonzero(worse)[0]], np.nonzero(worse)[1]
-        stopped[sub] |= count[sub] >= clf.tenacity
-        count[sub] += 1
+        accs = _validation_accuracy(W, Xa, yt, val_rows, alive, R, C)
+        _early_stopping(accs, alive, W, best_W, best_acc, count, stopped, clf.tenacity, C)
         keep = ~stopped[alive].all(axis=1)
         if not keep.all():
             k = torch.from_numpy(np.flatnonzero(keep))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.model_selection import StratifiedKFold
 
-from . import batched_logreg, batched_probe
+from mixcse.evaluation import batched_logreg, batched_probe
 
 SEED = 1111
 ENGINES = ("fast", "reference")  # every probe has a fast path and the plain one it is tested against

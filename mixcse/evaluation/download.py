@@ -17,9 +17,8 @@ import urllib.request
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
 
-from mixcse.fileio import normal_file_mode
-
-from .data import DataError
+from mixcse.evaluation.senteval import DataError
+from mixcse.utils.files import normal_file_mode
 
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
 BASE_URL_ENV = "MIXCSE_DATA_URL"

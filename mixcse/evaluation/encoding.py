@@ -17,9 +17,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from mixcse.fileio import atomic_path
-
-from mixcse.progress import Progress
+from mixcse.utils.files import atomic_path
+from mixcse.utils.progress import Progress
 
 Encoder = Any  # an object with .encode(list[str], batch_size=...) or a callable list[str] -> array
 
@@ -32,7 +31,7 @@ def resolve_encoder(model: Any, pooler: str | None = None, precision: str = "fp3
             from mixcse.onnx_backend import OnnxSentenceEncoder
 
             return OnnxSentenceEncoder.load(model, pooler=pooler, precision=precision)
-        from mixcse.encoder import SentenceEncoder  # lazy: heavy import, and only needed for paths
+        from mixcse.sentence_encoder import SentenceEncoder  # lazy: heavy import, and only needed for paths
 
         return SentenceEncoder.load(model, pooler=pooler, precision=precision, backend=backend)
     if hasattr(model, "encode") or callable(model):
@@ -72,7 +71,7 @@ def encode_raw(encoder: Encoder, sentences: list[str], batch_size: int = 64,
 
     An object with `.encode` gets the whole list in one call (it sorts and batches itself, and shows its own
     progress when its `encode` takes `show_progress`); a plain callable is fed length-sorted batches of
-    `batch_size`, as a model would want. `show_progress`: mixcse.progress.Progress on stderr."""
+    `batch_size`, as a model would want. `show_progress`: mixcse.utils.progress.Progress on stderr."""
     if not sentences:
         return np.zeros((0, 0), dtype=np.float32)
     if hasattr(encoder, "encode"):

@@ -19,9 +19,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from . import data as D
-from . import sts as S
-from .encoding import encode_raw
+from mixcse.evaluation import senteval as D
+from mixcse.evaluation import sts as S
+from mixcse.evaluation.encoding import encode_raw
 
 LABEL_COLUMNS = ("label", "score")
 
@@ -136,7 +136,7 @@ def evaluate_pairs(encoder, paths: str | Path | Iterable[str | Path], batch_size
 
 def format_pairs_table(results: dict[str, dict]) -> list[str]:
     """Markdown lines: one row per file with its primary metric first."""
-    from ..tables import markdown_table, number
+    from mixcse.utils.tables import markdown_table, number
 
     rows = []
     for name, r in results.items():

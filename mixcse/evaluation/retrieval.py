@@ -37,11 +37,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from mixcse.data.reader import iter_json_records
 from mixcse.errors import DataError, MixCSEError
-from mixcse.reader import iter_json_records
+from mixcse.evaluation.encoding import encode_raw, encode_unique, encoder_fingerprint
 from mixcse.search import top_k_cosine
-
-from .encoding import encode_raw, encode_unique, encoder_fingerprint
 
 METRIC_LIBRARY = "ir-measures"
 METRICS = {"ndcg@10": "nDCG@10", "map@10": "AP@10", "mrr@10": "RR@10", "recall@100": "R@100"}

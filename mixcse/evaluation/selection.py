@@ -32,10 +32,9 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from . import data as D
-from . import sts as S
-from .encoding import encode_raw
-
+from mixcse.evaluation import senteval as D
+from mixcse.evaluation import sts as S
+from mixcse.evaluation.encoding import encode_raw
 
 SELECT_ON = ("stsb_dev", "retrieval", "pairs", "none")  # the built-in selectors (config key select_on)
 
@@ -121,7 +120,7 @@ class StsbDevSelector:
         score = float(stsb_dev_spearman(embed, self.data_dir, batch_size=self.batch_size))
         extras: dict[str, float] = {}
         if self.analysis:  # the paper's embedding-space figures on the same embeddings
-            from .analysis import analyse
+            from mixcse.evaluation.analysis import analyse
 
             stats = analyse({"dev": D.load_stsb(self.data_dir, "dev")}, embed)
             extras = {k: stats[k] for k in ("alignment", "uniformity", "max_angle", "mean_angle")}
@@ -136,7 +135,7 @@ class PairsSelector:
     greater_is_better = True
 
     def __init__(self, path: str | Path, batch_size: int = 128):
-        from .pairs import is_binary, read_pairs
+        from mixcse.evaluation.pairs import is_binary, read_pairs
 
         self.pairs, self.batch_size = read_pairs(path), batch_size
         self.binary = is_binary(self.pairs.scores)
@@ -145,7 +144,7 @@ class PairsSelector:
         self.description = f"{what} x100 on {len(self.pairs)} labelled pairs ({path})"
 
     def __call__(self, encoder) -> Selection:
-        from .pairs import score_pair_sets
+        from mixcse.evaluation.pairs import score_pair_sets
 
         (scores,) = score_pair_sets(encoder, [self.pairs], self.batch_size).values()
         extras = {k: float(scores[k]) for k in ("accuracy", "f1") if k in scores}
@@ -159,7 +158,7 @@ class RetrievalSelector:
 
     def __init__(self, data_dir: str | Path, split: str = "train", *, batch_size: int = 64,
                  n_distractors: int | None = None, seed: int = 0):
-        from . import retrieval as R
+        from mixcse.evaluation import retrieval as R
 
         if split == "test":
             raise D.DataError("selection on a test split is refused: select on train or dev, report on test")

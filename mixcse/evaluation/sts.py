@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 from scipy import stats
 
-from .data import PairSet
+from mixcse.evaluation.senteval import PairSet
 
 
 def row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:

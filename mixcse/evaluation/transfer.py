@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import f1_score
 
-from . import data as D
-from .classifiers import SEED, dev_split, inner_kfold, kfold_then_test, single_threaded
+from mixcse.evaluation import senteval as D
+from mixcse.evaluation.classifiers import SEED, dev_split, inner_kfold, kfold_then_test, single_threaded
 
 INNER_CV_TASKS = ("MR", "CR", "SUBJ", "MPQA")
 

@@ -5,7 +5,7 @@
   ``avg_first_last`` and ``avg_top2`` poolers.
 
 Both need the ``st`` extra: ``pip install 'mixcse[st]'`` (training with ``SentenceTransformerTrainer`` also needs
-``datasets`` and ``accelerate``).
+``datasets`` and ``accelerate``). May import the model, losses and model card; never training or the CLI.
 """
 
 from __future__ import annotations

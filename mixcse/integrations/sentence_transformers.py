@@ -14,8 +14,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "mixcse.integrations.sentence_transformers needs sentence-transformers>=6: pip install 'mixcse[st]'"
     ) from exc
 
-from ..losses import ContrastiveObjective, contrastive_loss, objective_from_preset
-from ..modelcard import MIXCSE_BIBTEX
+from mixcse.losses import ContrastiveObjective, contrastive_loss, objective_from_preset
+from mixcse.modelcard import MIXCSE_BIBTEX
 
 MIXCSE_CITATION = f"\n{MIXCSE_BIBTEX}\n"
 

@@ -10,7 +10,7 @@ Interface:
     read_positive_pairs(path, *, positives, ...) -> (list of (anchor, positive), stats): positives beyond dropout,
         ``neighbours`` (a sentence and the next) or ``title`` (a title and its text); POSITIVES lists them.
     Segments(path, **the same options): the same segments, read lazily (``for text in Segments(...)``), with
-        ``.stats`` complete after the iteration: what the memory-mapped corpus (mixcse/shards.py) streams.
+        ``.stats`` complete after the iteration: what the memory-mapped corpus (mixcse/data/disk.py) streams.
     describe(stats, token_stats=None) -> str
         The one line a run prints about its text; ``token_stats`` is ``TokenizedCorpus.stats``.
     split_sentences(text) -> list[str]
@@ -48,8 +48,8 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from .errors import DataError
-from .reader import iter_json_records, iter_lines
+from mixcse.data.reader import iter_json_records, iter_lines
+from mixcse.errors import DataError
 
 SEGMENTS = ("line", "sentence", "passage")
 DOCUMENT_MIN_WORDS = 4
@@ -329,3 +329,8 @@ def describe(stats: dict, token_stats: dict | None = None) -> str:
                  + ("share truncated unknown" if share is None else f"{share:.1%} truncated")
                  + f" at max_seq_length {token_stats['max_seq_length']}")
     return line
+
+
+def read_sentences(path: str | Path, *, max_sentences: int | None = None, dedupe: bool = False) -> list[str]:
+    """Non-blank, stripped lines; strict UTF-8 so that a binary or mis-encoded file fails loudly, with its line."""
+    return read_segments(path, segment="line", min_words=1, dedupe=dedupe, max_sentences=max_sentences)[0]

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import mixcse
-from mixcse import shards
-from mixcse.config import TrainConfig
-from mixcse.data import BatchPlan, open_corpus
+from mixcse.data import disk as shards
+from mixcse.data.loader import BatchPlan, open_corpus
 from mixcse.errors import DataError
 from mixcse.model import load_backbone
+from mixcse.training.config import TrainConfig
 
 
 def config(train_file, tmp_path, **kw) -> TrainConfig:

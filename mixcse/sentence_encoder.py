@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import MixCSEError
-from .model import Encoder, load_encoder
-from .progress import Progress
-from .search import EncoderMethods
+from mixcse.errors import MixCSEError
+from mixcse.model import Encoder, load_encoder
+from mixcse.search import EncoderMethods
+from mixcse.utils.progress import Progress
 
 
 def _fingerprint(name_or_path: str, pooler: str) -> str:
@@ -30,7 +30,7 @@ def _fingerprint(name_or_path: str, pooler: str) -> str:
     return h.hexdigest()[:20]
 
 
-PRECISIONS = ("fp32", "bf16")
+TORCH_PRECISIONS = ("fp32", "bf16")
 BACKENDS = ("torch", "onnx")
 
 
@@ -42,8 +42,8 @@ class SentenceEncoder(EncoderMethods):
 
     def __init__(self, encoder: Encoder, tokenizer, *, max_seq_length: int | None = None,
                  fingerprint: str | None = None, device: str | torch.device | None = None, precision: str = "fp32"):
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+        if precision not in TORCH_PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(TORCH_PRECISIONS)}, not {precision!r}")
         self.precision = precision
         self.encoder = encoder
         self.tokenizer = tokenizer
@@ -64,7 +64,7 @@ class SentenceEncoder(EncoderMethods):
         if backend not in BACKENDS:
             raise MixCSEError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
         if backend == "onnx":
-            from .onnx_backend import OnnxSentenceEncoder
+            from mixcse.onnx_backend import OnnxSentenceEncoder
 
             if device not in (None, "cpu"):
                 raise MixCSEError(f"the onnx backend runs on the CPU; --device {device} is for the torch backend")
@@ -101,7 +101,7 @@ class SentenceEncoder(EncoderMethods):
         """(len(sentences), d) float32 embeddings, in input order.
 
         ``show_progress``: a bar on a terminal, else a plain line on stderr every ``progress_every`` seconds and one
-        at the end (mixcse.progress.Progress)."""
+        at the end (mixcse.utils.progress.Progress)."""
         if isinstance(sentences, str):
             raise TypeError("encode takes a list of sentences, not a single string")
         n = len(sentences)

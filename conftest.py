@@ -1,9 +1,10 @@
-"""Shared fixtures: a tiny BERT built from a config (the paper's architecture), a synthetic corpus, and a way to
-"kill" a process at a chosen point."""
+"""Fixtures shared by tests/ and benchmarks/tests/: a tiny BERT built from a config (the paper's architecture), a
+synthetic corpus, and a way to "kill" a process at a chosen point."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parent.parent / "shared"
 STAND_IN = SHARED / "models" / "mini-wiki-mlm"
 DOWNSTREAM = SHARED / "data" / "downstream"
 
@@ -107,6 +108,28 @@ def write_synthetic_data(root: Path) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def synthetic_data(tmp_path_factory) -> dict[str, Path]:
     return write_synthetic_data(tmp_path_factory.mktemp("synthetic"))
+
+
+def write_tiny_beir(root, rng_seed=0):
+    """A BEIR folder over the synthetic topic words: each document is about two topics, each query names a word of
+    its relevant document's topics; train and test qrels."""
+    rng = random.Random(rng_seed)
+    root.mkdir(parents=True, exist_ok=True)
+    docs = [(f"d{i}", rng.sample(range(8), 2)) for i in range(40)]
+    with open(root / "corpus.jsonl", "w") as fh:
+        for did, topics in docs:
+            words = [rng.choice(TOPICS[t]) for t in topics for _ in range(4)]
+            fh.write(json.dumps({"_id": did, "title": "", "text": " ".join(words)}) + "\n")
+    (root / "qrels").mkdir(exist_ok=True)
+    with open(root / "queries.jsonl", "w") as fq:
+        for split, span in (("train", range(0, 20)), ("test", range(20, 30))):
+            rows = ["query-id\tcorpus-id\tscore"]
+            for i in span:
+                did, topics = docs[i]
+                fq.write(json.dumps({"_id": f"q{i}", "text": " ".join(rng.choice(TOPICS[t]) for t in topics)}) + "\n")
+                rows.append(f"q{i}\t{did}\t1")
+            (root / "qrels" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return root
 
 
 def needs_shared(path: Path):

@@ -14,14 +14,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError, MixCSEError
-from .fileio import atomic_path, unwritable_reason
-from .model import POOLERS
-from .reader import read_nonblank
+from mixcse.data.reader import read_nonblank
+from mixcse.errors import DataError, MixCSEError
+from mixcse.model import POOLERS
+from mixcse.onnx_backend import ONNX_FILES
+from mixcse.sentence_encoder import TORCH_PRECISIONS
+from mixcse.utils.files import atomic_path, unwritable_reason
 
 OUTPUT_FORMATS = (".npy", ".safetensors")
 BACKENDS = ("torch", "onnx")
-PRECISIONS = ("fp32", "bf16", "int8")
+BACKEND_PRECISIONS = {"torch": TORCH_PRECISIONS, "onnx": tuple(ONNX_FILES)}  # bf16: autocast; int8: a graph
+INFERENCE_PRECISIONS = tuple(dict.fromkeys(p for allowed in BACKEND_PRECISIONS.values() for p in allowed))
 SAFETENSORS_KEY = "embeddings"
 
 
@@ -110,7 +113,7 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="no progress (a bar on a terminal, else a line on stderr every 30 s)")
 
 
-def add_backend_arguments(p: argparse.ArgumentParser, precisions: tuple[str, ...] = PRECISIONS) -> None:
+def add_backend_arguments(p: argparse.ArgumentParser, precisions: tuple[str, ...] = INFERENCE_PRECISIONS) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="torch",
                    help="torch (default), or onnx: onnxruntime on the folder's onnx/model.onnx, written by `mixcse "
                         "export` (CPU, no torch at run time; embeddings equal torch's to 1e-4)")
@@ -121,8 +124,7 @@ def add_backend_arguments(p: argparse.ArgumentParser, precisions: tuple[str, ...
 
 def check_backend(backend: str, precision: str) -> None:
     """The precisions each backend has: bf16 is torch's autocast, int8 an exported quantised graph."""
-    allowed = {"torch": ("fp32", "bf16"), "onnx": ("fp32", "int8")}[backend]
-    if precision not in allowed:
+    if precision not in BACKEND_PRECISIONS[backend]:
         raise MixCSEError(f"--precision {precision} needs --backend {'torch' if precision == 'bf16' else 'onnx'}")
 
 
@@ -160,7 +162,7 @@ def _device(name: str | None, backend: str = "torch") -> str | None:
 
 
 def _load(args: argparse.Namespace):
-    from .encoder import SentenceEncoder
+    from mixcse.sentence_encoder import SentenceEncoder
 
     check_backend(args.backend, args.precision)
     try:
@@ -172,7 +174,7 @@ def _load(args: argparse.Namespace):
 
 
 def _show_progress(args: argparse.Namespace) -> bool:
-    """A bar on a terminal; elsewhere (a log, CI) a plain line every 30 s (mixcse.progress)."""
+    """A bar on a terminal; elsewhere (a log, CI) a plain line every 30 s (mixcse.utils.progress)."""
     return not args.no_progress
 
 
@@ -185,7 +187,7 @@ def run_encode(args: argparse.Namespace) -> int:
     embeddings = encoder.encode(sentences, batch_size=args.batch_size, show_progress=_show_progress(args))
     seconds = time.perf_counter() - start
     if args.normalize:
-        from .search import normalize_rows
+        from mixcse.search import normalize_rows
 
         embeddings = normalize_rows(embeddings)
     save_embeddings(output, embeddings, metadata={"model": str(args.model), "pooler": encoder.pooler,
@@ -200,7 +202,7 @@ def run_encode(args: argparse.Namespace) -> int:
 
 
 def run_search(args: argparse.Namespace) -> int:
-    from .search import resolve_backend, top_k_cosine
+    from mixcse.search import resolve_backend, top_k_cosine
 
     backend = resolve_backend(args.index)
     sentences, _ = read_lines(args.corpus, "corpus")

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import yaml
 
-from .documents import POSITIVES, SEGMENTS
-from .errors import ConfigError
-from .evaluation.selection import SELECT_ON
-from .losses import PRESETS, ContrastiveObjective, objective_from_preset
-from .model import POOLERS
-from .tracking import parse_report_to
+from mixcse.data.documents import POSITIVES, SEGMENTS
+from mixcse.errors import ConfigError
+from mixcse.evaluation.selection import SELECT_ON
+from mixcse.losses import PRESETS, ContrastiveObjective, objective_from_preset
+from mixcse.model import POOLERS
+from mixcse.training.tracking import parse_report_to
 
-PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+TRAIN_PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 CORPORA = ("memory", "disk")
 
 
@@ -44,7 +44,7 @@ class TrainConfig:
     # data
     max_sentences: int | None = None  # use only the first N segments of train_file
     # memory: read and tokenise the text at start (what a run uses); disk: tokenise the whole file once into
-    # shards cached on disk, read per batch (mixcse/shards.py), so that RAM does not grow with the corpus
+    # shards cached on disk, read per batch (mixcse/data/disk.py), so that RAM does not grow with the corpus
     corpus: str = "memory"
     # the second view of each anchor: dropout (the paper: the same sentence again), neighbours (the next sentence of
     # its document) or title (a document's title as anchor, its text as positive); see docs/domain-adaptation.md
@@ -58,7 +58,7 @@ class TrainConfig:
     # optimisation (SimCSE's unsupervised BERT-base defaults)
     batch_size: int = 64  # sentences per global batch: the in-batch negatives (split over DDP processes)
     # memory only: encode each process's batch in chunks of this many sentences and cache the embedding gradients
-    # (mixcse/step.py CachedStep); the same gradients as one pass. None = one pass over the whole batch
+    # (mixcse/training/step.py CachedStep); the same gradients as one pass. None = one pass over the whole batch
     mini_batch_size: int | None = None
     learning_rate: float = 3e-5
     weight_decay: float = 0.0
@@ -74,7 +74,7 @@ class TrainConfig:
     # cost more than the padding: 3x slower steps measured on an H200)
     length_buckets: int | None = None
     compile: bool = False  # torch.compile the encoder; batches padded to max_seq_length (static shapes)
-    fast_cpu_dropout: bool = True  # on CPU, draw dropout masks with numpy (mixcse/fast_dropout.py): ~3x cheaper
+    fast_cpu_dropout: bool = True  # on CPU, draw dropout masks with numpy (mixcse/training/dropout.py): ~3x cheaper
     # checkpoint selection (mixcse/evaluation/selection.py): the start model (step 0) is always a candidate
     select_on: str = "stsb_dev"  # stsb_dev | retrieval | pairs | none
     data_dir: str | None = None  # SentEval layout, for select_on stsb_dev (None: $MIXCSE_DATA, ./data, ../shared)
@@ -96,7 +96,7 @@ class TrainConfig:
     early_stopping_patience: int | None = None  # evaluations without improvement before stopping
     save_steps: int | None = None  # resumable checkpoint cadence; defaults to eval_steps
     log_steps: int = 10
-    report_to: str = "none"  # none | tensorboard | wandb | "tensorboard,wandb" (mixcse/tracking.py)
+    report_to: str = "none"  # none | tensorboard | wandb | "tensorboard,wandb" (mixcse/training/tracking.py)
 
     def objective(self) -> ContrastiveObjective:
         try:
@@ -129,8 +129,8 @@ class TrainConfig:
         parse_report_to(self.report_to)
         if self.select_split == "test":
             raise ConfigError("select_split test is refused: select on train (or dev), report on test")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.precision not in TRAIN_PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(TRAIN_PRECISIONS)}, got {self.precision!r}")
         positive = ["batch_size", "max_seq_length", "epochs", "eval_steps", "log_steps", "eval_batch_size"]
         for name in positive + ["max_steps", "save_steps", "max_sentences", "early_stopping_patience", "num_threads",
                                 "length_buckets", "select_docs", "mini_batch_size", "inference_max_seq_length",

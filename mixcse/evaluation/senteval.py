@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError
-from ..tables import STS_TASKS, TRANSFER_TASKS
+from mixcse.errors import DataError
 
 STS_SUBSETS: dict[str, tuple[str, ...]] = {
     "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),

@@ -3,19 +3,15 @@ evaluated checkpoint (``--test-curve``), and rows kept apart by the settings tha
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from mixcse.encoder import SentenceEncoder
+from benchmarks import domain_adaptation as domain
+from conftest import write_tiny_beir
 from mixcse.evaluation.retrieval import load_beir
-from test_selection import write_tiny_beir
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import domain_adaptation as domain  # noqa: E402
+from mixcse.sentence_encoder import SentenceEncoder
 
 
 def test_keys_name_only_the_settings_that_differ_from_the_defaults():
@@ -99,7 +95,7 @@ def test_test_curve_scores_every_evaluated_checkpoint(tiny_bert, tmp_path, monke
 
 def test_a_run_cut_off_mid_training_resumes_from_its_checkpoint_and_records_what_an_uninterrupted_run_does(
         tiny_bert, tmp_path, monkeypatch, interrupted_at_call):
-    from mixcse import step
+    from mixcse.training import step
 
     beir = write_tiny_beir(tmp_path / "beir")
     monkeypatch.setattr(domain, "SCIFACT", beir)

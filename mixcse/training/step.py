@@ -32,10 +32,10 @@ from typing import Callable, Protocol
 
 import torch
 
-from . import distributed
-from .config import TrainConfig
-from .distributed import DistContext
-from .losses import ContrastiveObjective, LossOutput, contrastive_loss
+from mixcse.losses import ContrastiveObjective, LossOutput, contrastive_loss
+from mixcse.training import distributed
+from mixcse.training.config import TrainConfig
+from mixcse.training.distributed import DistContext
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # Entries of each rows x N matrix of a loss block in the cached step (float32: 16 MiB), whatever the batch size.
@@ -145,7 +145,7 @@ class PlainStep(_StepBase):
 
 def rng_snapshot(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The generator state every dropout mask of a forward pass is drawn from: torch's CPU generator (which also
-    seeds the numpy masks of mixcse/fast_dropout.py) and, on CUDA, the device's."""
+    seeds the numpy masks of mixcse/training/dropout.py) and, on CUDA, the device's."""
     return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
 
 

@@ -30,15 +30,15 @@ import numpy as np
 import torch
 import yaml
 
-from .errors import MixCSEError
-from .fileio import atomic_path
+from mixcse.errors import MixCSEError
+from mixcse.utils.files import atomic_path
 
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "state.pt"
 BEST_DIR = "best"
 CANDIDATES_DIR = "candidates"  # save_candidates: candidates/step-N/, one saved model per selection
 OWNED_OUTPUTS = (CHECKPOINT_DIR, BEST_DIR, CANDIDATES_DIR, "metrics.jsonl", "config.yaml", "summary.json",
-                 "runs", "wandb")  # runs/, wandb/: the experiment trackers' files (mixcse/tracking.py)
+                 "runs", "wandb")  # runs/, wandb/: the experiment trackers' files (mixcse/training/tracking.py)
 # Locked by the run writing the folder. Never removed, not even by --overwrite: a run that removed it while another
 # process waited could not exclude a third one, which would lock a new file of the same name.
 LOCK_FILE = ".mixcse.lock"

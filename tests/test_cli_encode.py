@@ -7,8 +7,8 @@ import pytest
 
 from mixcse import search as search_mod
 from mixcse.cli import main
-from mixcse.encoder import SentenceEncoder
 from mixcse.model import load_encoder
+from mixcse.sentence_encoder import SentenceEncoder
 
 # Lengths vary so that length-sorted batches reorder them.
 SENTENCES = ["t0w1 t0w2 the t1w3", "a t3w4 t3w5 t3w6 t3w7 of t5w1 t5w2 t5w3 t5w4 t5w5", "t7w7",
@@ -195,7 +195,7 @@ def test_top_k_cosine_matches_brute_force(backend):
 def test_encode_progress_off_a_terminal_is_plain_lines(model_dir):
     import io
 
-    from mixcse.progress import Progress
+    from mixcse.utils.progress import Progress
 
     stream = io.StringIO()  # not a terminal
     encoder = SentenceEncoder.load(model_dir)

@@ -5,15 +5,10 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import claims  # noqa: E402
-import batch_size  # noqa: E402
+from benchmarks import batch_size, claims
 
 
 @pytest.fixture
@@ -39,7 +34,7 @@ def test_every_batch_size_reads_about_the_same_sentences_and_only_larger_ones_ar
     cfg = jobs[4].config()
     assert cfg["batch_size"] == 512 and cfg["mini_batch_size"] == 64 and cfg["max_steps"] == 25
     assert "mini_batch_size" not in jobs[3].config() and jobs[3].config()["batch_size"] == 64
-    from mixcse.config import build_config
+    from mixcse.training.config import build_config
 
     built = build_config(cfg)
     assert built.batch_size == 512 and built.mini_batch_size == 64 and built.eval_steps == 3

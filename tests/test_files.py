@@ -1,4 +1,4 @@
-"""Atomic writes (mixcse/fileio.py) leave files with the normal mode; a failed write leaves nothing behind."""
+"""Atomic writes (mixcse/utils/files.py) leave files with the normal mode; a failed write leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import stat
 import numpy as np
 import pytest
 
-from mixcse.fileio import atomic_path, atomic_write_json, atomic_write_text, normal_file_mode, unwritable_reason
+from mixcse.utils.files import atomic_path, atomic_write_json, atomic_write_text, normal_file_mode, unwritable_reason
 
 
 def _mode(path) -> int:
@@ -58,7 +58,7 @@ def test_unwritable_reason(tmp_path):
 
 
 def test_saved_embeddings_have_the_normal_mode(umask_022, tmp_path):
-    from mixcse.inference_cli import save_embeddings
+    from mixcse.cli.encode import save_embeddings
 
     for name in ("e.npy", "e.safetensors"):
         save_embeddings(tmp_path / name, np.zeros((2, 3), dtype=np.float32))

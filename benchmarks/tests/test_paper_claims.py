@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import claims  # noqa: E402
-import claims_report  # noqa: E402
+from benchmarks import claims, claims_report
 
 
 def record(spec, transfer: bool) -> dict:
@@ -59,7 +55,7 @@ def test_summary_and_tables_of_a_run_without_transfer():
 
 
 def test_both_clis_build_the_same_config_from_one_variant_syntax(tmp_path):
-    from mixcse.config import build_config
+    from mixcse.training.config import build_config
 
     base = claims.probe_base("m", "c.txt", "d", "avg", 1e-5, 200, 25, 1)
     half = build_config(claims.train_config(base, *claims.parse_variant("mixcse:0.5"), 3, str(tmp_path)))
@@ -73,13 +69,13 @@ def test_both_clis_build_the_same_config_from_one_variant_syntax(tmp_path):
 
 
 def test_a_bad_variant_or_seed_is_refused_before_anything_runs(tmp_path, capsys):
-    import paper_claims
+    from benchmarks import paper_claims
     for bad in ("nope", "mixcse:x"):
         with pytest.raises(SystemExit) as stop:
             paper_claims.main(["--presets", f"simcse,{bad}", "--dry-run", "--results", str(tmp_path / "r.json")])
         assert stop.value.code == 2 and f"unknown variant {bad!r}" in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
-    import steps_probe  # the same syntax and check in the GPU probe
+    from benchmarks import steps_probe  # the same syntax and check in the GPU probe
     probe = ["--model", "m", "--corpus", "c", "--data", "d", "--out", str(tmp_path / "p.json")]
     for args in (["--presets", "simcse", "mixcse:x"], ["--seeds", "0,one"]):
         with pytest.raises(SystemExit) as stop:
@@ -131,7 +127,7 @@ def test_the_fp32_table_trains_and_evaluates_in_fp32(tmp_path, monkeypatch, caps
 
     import torch
 
-    import paper_claims
+    from benchmarks import paper_claims
     monkeypatch.setattr(claims, "BACKBONES", copy.deepcopy(claims.BACKBONES))
     monkeypatch.setattr(claims, "COMMON", dict(claims.COMMON))
     args = ["--precision", "fp32", "--backbones", "standin", "--presets", "simcse", "--seeds", "0", "--dry-run",

@@ -1,6 +1,6 @@
-"""Atomic file writes that leave files with the permissions of any other file the user creates.
+"""Files in and out: atomic writes with normal permissions, and JSON.
 
-Interface:
+Atomic writes leave files with the permissions of any other file the user creates:
 - ``atomic_path(path)``: context manager yielding a temporary path beside ``path``; when the block ends without an
   exception the temp file gets the normal mode (0666 minus the umask, i.e. 0644 under the usual umask 022) and is
   renamed onto ``path``; otherwise it is removed and ``path`` is left as it was.
@@ -11,16 +11,29 @@ Interface:
 
 Why: ``tempfile.mkstemp`` creates 0600 files, and a rename keeps that mode, so a plain temp-and-rename leaves
 outputs that other users (or a web server) cannot read.
+
+JSON in and out of files: strict values for writing, and two readers with different contracts.
+
+    to_jsonable(obj)        nested dicts/lists with NaN/inf -> None, numpy/torch scalars -> Python, other objects
+                            -> str: something ``json.dumps`` writes as strict JSON
+    read_json(path)         the parsed file; a missing or malformed file raises MixCSEError naming it (for inputs
+                            the user gave: a model directory's configuration)
+    read_json_or_none(path) the parsed file, or None when it is missing or malformed (for optional records that are
+                            rewritten anyway: a model card's inputs)
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+from mixcse.errors import MixCSEError
 
 
 def normal_file_mode() -> int:
@@ -71,3 +84,31 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
+
+
+def to_jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 1) == 0:  # numpy / torch scalars
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise MixCSEError(f"cannot read {path}: {exc}") from None
+
+
+def read_json_or_none(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -5,15 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from dataclasses import replace
-from pathlib import Path
 
-import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import claims_report  # noqa: E402
+from benchmarks import claims_report
 
 
 def synthetic_run() -> dict:

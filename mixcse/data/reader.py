@@ -26,7 +26,7 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
-from .errors import DataError
+from mixcse.errors import DataError
 
 
 def iter_lines(path: str | os.PathLike, *, what: str = "input", strip: bool = True) -> Iterator[tuple[int, str]]:

@@ -1,4 +1,4 @@
-"""``mixcse`` command line: train | eval | encode | search | export | data."""
+"""``mixcse train RECIPE [key=value ...]``: train from a recipe, then one report of what the run gave."""
 
 from __future__ import annotations
 
@@ -6,12 +6,17 @@ import argparse
 import os
 import sys
 
-from .errors import MixCSEError
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipe", help="recipe YAML (see recipes/)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="override recipe keys")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output_dir")
+    p.add_argument("--resume", action="store_true", help="continue from output_dir/checkpoint")
 
 
-def _train(args: argparse.Namespace) -> int:
-    from .config import load_recipe
-    from .trainer import train
+def run_train(args: argparse.Namespace) -> int:
+    from mixcse.training.config import load_recipe
+    from mixcse.training.trainer import train
 
     config = load_recipe(args.recipe, args.overrides)
     result = train(config, overwrite=args.overwrite, resume=args.resume)
@@ -64,55 +69,3 @@ def _next_step(result) -> str:
                 f"docs/domain-adaptation.md")
     return (f"next: mixcse eval {result.output_dir}/best (STS and transfer tasks, docs/evaluation.md), or "
             f"mixcse encode {result.output_dir}/best --input FILE --output emb.npy")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad command line as one ``error:`` line (exit 2), like every other bad input."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="mixcse", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("train", help="train an encoder from a YAML recipe")
-    p.add_argument("recipe", help="recipe YAML (see recipes/)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="override recipe keys")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output_dir")
-    p.add_argument("--resume", action="store_true", help="continue from output_dir/checkpoint")
-    p.set_defaults(func=_train)
-
-    # Imported unconditionally: a broken import must surface as itself, not as "invalid choice: eval".
-    from .evaluation.command import add_data_arguments, add_eval_arguments, run_data, run_eval
-    from .export import add_export_arguments, run_export
-    from .inference_cli import add_encode_arguments, add_search_arguments, run_encode, run_search
-
-    for name, help_text, add_arguments, run in (
-            ("eval", "SentEval protocol (STS, transfer, analysis) and retrieval", add_eval_arguments, run_eval),
-            ("data", "download benchmark data and the training corpus", add_data_arguments, run_data),
-            ("encode", "embed a file of sentences", add_encode_arguments, run_encode),
-            ("search", "exact cosine search over a corpus", add_search_arguments, run_search),
-            ("export", "write a model folder with its ONNX graph (onnxruntime backend)", add_export_arguments,
-             run_export)):
-        p = sub.add_parser(name, help=help_text)
-        add_arguments(p)
-        p.set_defaults(func=run)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except MixCSEError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

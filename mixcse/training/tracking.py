@@ -21,7 +21,7 @@ import os
 import uuid
 from pathlib import Path
 
-from .errors import ConfigError
+from mixcse.errors import ConfigError
 
 TRACKERS = ("none", "tensorboard", "wandb")
 TENSORBOARD_DIR = "runs"

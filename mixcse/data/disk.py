@@ -36,10 +36,10 @@ from typing import Iterable, Iterator
 import numpy as np
 import torch
 
-from .data import pad_batch
-from .documents import Segments
-from .errors import DataError
-from .progress import Progress
+from mixcse.data.documents import Segments
+from mixcse.data.memory import pad_batch
+from mixcse.errors import DataError
+from mixcse.utils.progress import Progress
 
 FORMAT_VERSION = 1
 SHARD_SEQUENCES = 1 << 20

@@ -1,4 +1,4 @@
-"""CLI glue for `mixcse eval` and `mixcse data download` (wired into mixcse/cli.py).
+"""CLI glue for `mixcse eval` and `mixcse data download` (wired into mixcse/cli/__init__.py).
 
 Both commands print a user-facing failure (missing data, bad file, refused overwrite) as one `error: ...` line
 and return non-zero, so that scripts can tell a data problem from a crash.
@@ -10,17 +10,16 @@ import os
 import sys
 from pathlib import Path
 
-from ..errors import MixCSEError
-from ..fileio import atomic_write_json, unwritable_reason
-from ..inference_cli import check_backend
-from ..jsonfiles import to_jsonable
-from .classifiers import CLASSIFIER_ALIASES, CLASSIFIERS, DEFAULT_CLASSIFIER
-from .data import default_data_dir
-from .runner import evaluate, expand_tasks, format_tables
+from mixcse.cli.encode import check_backend
+from mixcse.errors import MixCSEError
+from mixcse.evaluation.classifiers import CLASSIFIER_ALIASES, CLASSIFIERS, DEFAULT_CLASSIFIER
+from mixcse.evaluation.runner import evaluate, expand_tasks, format_tables
+from mixcse.evaluation.senteval import default_data_dir
+from mixcse.utils.files import atomic_write_json, to_jsonable, unwritable_reason
 
 
 def resolve_encoder(model, pooler=None, precision="fp32", backend="torch"):  # tests substitute a fake encoder
-    from .encoding import resolve_encoder as _resolve
+    from mixcse.evaluation.encoding import resolve_encoder as _resolve
 
     return _resolve(model, pooler=pooler, precision=precision, backend=backend)
 
@@ -158,7 +157,7 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 
 
 def run_data(args: argparse.Namespace) -> int:
-    from .download import download
+    from mixcse.evaluation.download import download
 
     try:
         report = download(args.dest, what=args.what.split(","), base_url=args.base_url)
