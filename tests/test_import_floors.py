@@ -105,3 +105,12 @@ def test_the_check_finds_an_upward_import_and_a_circle_also_inside_a_function(tm
     clean = write(tmp_path / "clean", {"pkg/__init__.py": "", "pkg/low/__init__.py": "", "pkg/low/a.py": "x = 1\n",
                                        "pkg/high/__init__.py": "", "pkg/high/b.py": "from pkg.low import a\n"})
     assert check_floors(clean, {"low": 0, "high": 1}) == []
+
+
+@pytest.mark.parametrize("package", ["mixcse", "mixcse.evaluation", "mixcse.integrations"])
+def test_every_lazy_export_resolves(package):
+    import importlib
+
+    module = importlib.import_module(package)
+    missing = [name for name in module.__all__ if getattr(module, name, None) is None]
+    assert module.__all__ and missing == []

@@ -22,10 +22,11 @@ import importlib
 _EXPORTS = {
     "analysis": ("alignment", "plot_alignment_uniformity", "plot_training_cosines", "sphere_stats"),
     "classifiers": ("stratified_folds",),
-    "senteval": ("STS_TASKS", "TRANSFER_TASKS", "DataError", "default_data_dir", "resolve_data_dir"),
+    "senteval": ("DataError", "default_data_dir", "resolve_data_dir"),
     "encoding": ("EmbeddingCache", "encode_unique", "resolve_encoder"),
     "runner": ("ALL_TASKS", "evaluate", "expand_tasks", "format_tables"),
     ".utils.files": ("to_jsonable",),  # mixcse.utils.files: one sanitiser for the whole package
+    ".utils.tables": ("STS_TASKS", "TRANSFER_TASKS"),
     "selection": ("stsb_dev_spearman",),
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -168,11 +168,13 @@ class Run:
             cfg.select_on, data_dir=cfg.data_dir, select_data=cfg.select_data, select_split=cfg.select_split,
             batch_size=cfg.eval_batch_size, analysis=cfg.analysis_at_eval, select_docs=cfg.select_docs)
         self.held_out = HeldOutPairs(cfg.test_pairs, cfg.eval_batch_size) if cfg.test_pairs and ctx.is_main else None
-        self._load_model_and_corpus(progress)
+        description = self._load_model_and_corpus(progress)
         if ckpt is not None and self.total_steps < ckpt["state"]["step"]:
             raise ConfigError(f"--resume: the checkpoint is at step {ckpt['state']['step']}, beyond the "
                               f"{self.total_steps} steps this config asks for; raise max_steps (or epochs), or keep "
                               f"the recorded value")
+        if ctx.is_main:
+            print(description, flush=True)
         self._build_optimizer()
         self.state = {"step": 0, "best_dev": None, "best_step": None, "raw_dev": None, "bad_evals": 0,
                       "train_seconds": 0.0, "sentences_seen": 0, "test_pairs_start": None}
@@ -218,7 +220,8 @@ class Run:
                      if RESUME_SCHEDULE_KEYS & set(changed) else ""), file=sys.stderr)
         return ckpt, ckpt_stamp, history, changed
 
-    def _load_model_and_corpus(self, progress: bool | None) -> None:
+    def _load_model_and_corpus(self, progress: bool | None) -> str:
+        """The start model, the corpus and its batch plan; returns the corpus's one-line description."""
         cfg, ctx = self.cfg, self.ctx
         corpus_loader = CorpusLoader(cfg)
         seed_everything(cfg.seed)
@@ -236,8 +239,7 @@ class Run:
             distributed.barrier(ctx)
         self.plan = BatchPlan(len(self.corpus), cfg.batch_size, cfg.seed)
         self.total_steps = self.plan.total_steps(cfg)
-        if ctx.is_main:
-            print(description, flush=True)
+        return description
 
     def _build_optimizer(self) -> None:
         cfg, ctx = self.cfg, self.ctx
