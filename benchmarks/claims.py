@@ -61,18 +61,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import claims_report as report
+from benchmarks import common
 from benchmarks.claims_report import PAPER_PRESETS, TABLE_BATCH, load_results, parse_variant
-from benchmarks.common import (
-    CORPUS,
-    DOWNSTREAM,
-    REPO,
-    RESULTS,
-    STAND_IN,
-    backbone_path,
-    machine_info,
-    minilm_path,
-    single_instance,
-)
+from benchmarks.common import CORPUS, DOWNSTREAM, REPO, RESULTS
 from mixcse.losses import PRESETS, objective_from_preset
 from mixcse.training.rundir import candidate_path, saved_record
 from mixcse.utils.files import atomic_write_text
@@ -220,7 +211,7 @@ class Spec:
 
     def config(self) -> dict:
         """mixcse.train's config; every scored checkpoint is saved (training_best), none mid-run to resume."""
-        base = {**COMMON, "model": backbone_path(self.backbone), "train_file": str(CORPUS),
+        base = {**COMMON, "model": common.backbone_path(self.backbone), "train_file": str(CORPUS),
                 "data_dir": str(DOWNSTREAM), "max_steps": self.steps, "eval_steps": self.eval_steps,
                 "save_steps": self.steps, "save_candidates": True,
                 **{k: v for k, v in BACKBONES[self.backbone].items() if k not in ("steps", "eval_steps")}}
@@ -374,17 +365,17 @@ def evaluate_both_probes(encoder, mode: str, precision: str, workers: int, tasks
 
 
 def _stamp() -> dict:
-    return {"machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return {"machine": common.machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def baseline_encoder(name: str, precision: str = "fp32"):
     from mixcse.sentence_encoder import SentenceEncoder
 
     if name.startswith("minilm-raw"):
-        return SentenceEncoder.load(minilm_path(), precision=precision)
+        return SentenceEncoder.load(common.minilm_path(), precision=precision)
     if name.startswith("standin-raw"):
         pooler = "cls_before_pooler" if name.endswith("-cls") else "avg"
-        return SentenceEncoder.load(STAND_IN, pooler=pooler, precision=precision)
+        return SentenceEncoder.load(common.STAND_IN, pooler=pooler, precision=precision)
     return AvgGloVe()
 
 
@@ -587,7 +578,7 @@ def batch_study(args, backbones, variants, seeds, sizes) -> int:
         for job in jobs:
             print(f"  {'done ' if job not in pending else 'copy ' if job.key in copies else 'train'}  {job.name}")
         return 0
-    if not single_instance(CACHE / "paper_claims.lock", "claims"):
+    if not common.single_instance(CACHE / "paper_claims.lock", "claims"):
         return 2
     for record in copies.values():
         record_run(args.results, {**record, "reused_from": args.reuse_from.name})
@@ -615,7 +606,7 @@ def paper_table(args, backbones, variants, seeds) -> int:
             print(("  to do  " if (kind, job) in pending else "  done   ") + (job.name if kind == "run"
                                                                            else f"baseline {job}"))
         return 0
-    if not single_instance(CACHE / "paper_claims.lock", "claims"):
+    if not common.single_instance(CACHE / "paper_claims.lock", "claims"):
         return 2
     failures = run_jobs(pending, args.results, args.eval_workers, keep_weights=args.no_transfer, mode=args.mode,
                         eval_precision=args.precision,
