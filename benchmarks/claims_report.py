@@ -612,7 +612,6 @@ def fig_align_uniform(data: dict, path: Path) -> Path | None:
 
 
 def make_figures(data: dict, docs: Path = DOCS) -> list[Path]:
-    docs.mkdir(parents=True, exist_ok=True)
     made = [
         fig_cosines(data, docs / "claims_cosines.png"),
         fig_curve(data, docs / "claims_gradnorm.png", "anchor_grad_norm", "mean anchor-gradient norm (log)",
@@ -761,6 +760,7 @@ def generated(data: dict, path: Path, docs: Path, figures: list[Path]) -> str:
 
 def report(path: Path = RESULTS_JSON, docs: Path = DOCS, figures: bool = True, quiet: bool = False) -> str:
     data = table_data(path)
+    docs.mkdir(parents=True, exist_ok=True)
     text = generated(data, path, docs, make_figures(data, docs) if figures else [])
     write_results(docs / "results.md", text)
     if not quiet:

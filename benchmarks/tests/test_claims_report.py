@@ -82,6 +82,10 @@ def test_results_block_is_replaced_between_markers_only(tmp_path):
     fresh = tmp_path / "fresh.md"
     claims_report.write_results(fresh, "tables")
     assert fresh.read_text().startswith(claims_report.RESULTS_TITLE) and claims_report.RESULTS_END in fresh.read_text()
+    made = tmp_path / "docs" / "fp32"  # a docs folder not there yet; the page names the command that made it
+    claims_report.report(RESULTS / "paper_claims_fp32.json", made, figures=False, quiet=True)
+    command = f"`python -m benchmarks.claims report --results benchmarks/results/paper_claims_fp32.json --docs {made}`"
+    assert command in (made / "results.md").read_text() and not list(made.glob("*.png"))
 
 
 def test_extras_are_paired_with_mixcse_at_the_default_lambda():
