@@ -1,49 +1,111 @@
-"""The claims experiment's harness, shared by benchmarks/paper_claims.py (the CPU table) and steps_probe.py (GPU).
+"""The MixCSE paper's claims measured: a CPU table, more seeds on a GPU, larger batches; one harness.
 
-    parse_variant("mixcse:0.5") -> ("mixcse", 0.5)   a preset, optionally with λ (None: the preset's own, PRESET_LAM)
-    variant_error(variants) -> message or None      for the CLIs' one `error:` line
-    split_values(["0,1", "2"]) -> ["0", "1", "2"]    list flags take commas, spaces or both
-    train_config(base, preset, lam, seed, out)       mixcse.train's config of one run: ``base`` + the run's keys
-    train_run(cfg, reuse=False) -> (TrainResult, metrics records, wall seconds, reused)
-    evaluate_model(encoder, data_dir, tasks, precision, **evaluate_kwargs) -> (results, seconds)
-    sts_scores(results) -> {task: Spearman, "avg": mean}
+    python -m benchmarks.claims paper --threads 2 --eval-workers 2  # the CPU table (resumable) -> paper_claims.json
+    python -m benchmarks.claims paper --extras      # also the λ sweep and the bound / released presets (EXTRAS)
+    python -m benchmarks.claims paper --backbones minilm --presets simcse,mixcse:0.3 --seeds 0 --steps 50 \
+        --mode fasttest
+    python -m benchmarks.claims paper --precision fp32 --results benchmarks/results/paper_claims_fp32.json \
+        --docs docs/claims-fp32 --backbones standin  # the fp32 table (a CPU without native bf16)
+    python -m benchmarks.claims report              # docs/results.md + docs/claims_*.png from the JSON (claims_report)
+    python -m benchmarks.claims batch --threads 2   # MixCSE at batch 64 / 512 / 2048 -> batch_size.json
+    python -m benchmarks.claims steps --model D/minilm --corpus D/corpus.txt.gz --data D/downstream --out probe.json
 
-    CPU table: BACKBONES, COMMON, Spec / make_spec, plan(...) -> jobs, load_results / save_results (the JSON cache),
-               pending_jobs, run_baseline(name, ...) and train_and_evaluate(spec, ...) -> one record each
-    GPU probe: probe_base(...) -> base config, probe_run(base, variant, seed) -> one record
+paper: each (backbone, variant, seed) trains with ``mixcse.train`` under ``benchmarks/cache/runs/`` (gitignored); a
+variant is a preset, optionally with λ ("mixcse:0.3"); the same seed gives every variant the same data order and
+initial RNG state, so variants are compared paired by seed. The checkpoint is selected on STS-B dev only, among the
+training checkpoints (training_best), then evaluated once on the 7 STS and 7 transfer tasks plus the STS-B analysis,
+the transfer tasks with two probes on the same embeddings: sklearn-converged (field ``transfer``) and SentEval's
+PyTorch probe (``transfer_pytorch``; the bf16 table predates it). The results file (benchmarks/results/) is the
+cache, rewritten atomically after every run: a re-run skips recorded runs, so a table fills over several sittings;
+a run killed during its final evaluation is evaluated again without retraining. Backbones (BACKBONES, COMMON):
+minilm, all-MiniLM-L6-v2 with its mean pooling, lr 1e-5, 200 steps; standin, ../shared/models/mini-wiki-mlm with
+the paper's [CLS]+MLP recipe, lr 3e-5, 250 steps; batch 64, length 32, STS-B dev every 25 steps. Baselines: raw
+MiniLM, raw stand-in ([CLS], mean pooling), averaged GloVe 6B-50d. --precision bf16 (the default) trains in bf16 and
+runs the final evaluation under bf16 autocast (embeddings within 4e-5 in cosine of fp32). Per run on this 2-vCPU
+machine, idle: MiniLM 13-17 min, stand-in 6.5-7 min; the default (24 runs + 5 baselines) ~5 h, in plan()'s order.
 
-The same seed gives the same data order (mixcse's BatchPlan) and the same initial RNG state for every preset, so
-differences between presets are paired by seed. Checkpoints are selected on STS-B dev only.
+batch: the table's recipe with only the batch size changed, each size reading about the table's number of sentences
+(steps and STS-B dev interval scale by 64 / batch: MiniLM 200 -> 25 -> 6 steps, stand-in 250 -> 31 -> 8), above 64
+with the cached step (--mini-batch-size). STS only unless --transfer; fp32 by default. Batch-64 runs already in the
+fp32 claims table (--reuse-from) are copied, not trained; the file's ``summary`` pairs each size with batch 64.
+
+steps: the variants for any number of steps and seeds, STS tasks only, sized for minutes of a GPU; every run goes to
+--out as it finishes; --jobs N trains N at once in spawned processes. The recorded probes (H200, 2026-11-29/30):
+
+    python -m benchmarks.claims steps --model D/minilm --corpus D/corpus.txt.gz --data D/downstream \
+        --out steps_probe_gpu.json                                    # 1,000 steps, 2 seeds
+    python -m benchmarks.claims steps ... --steps 200 --eval-steps 25 --seeds 0 1 2 3 4 5 6 7 8 9 \
+        --presets simcse mixcse mixcse-single mixcse-wo-sg --jobs 10  # -> seeds_probe_gpu.json
+    python -m benchmarks.claims steps --model D/standin ... --steps 250 --eval-steps 25 --lr 3e-5 --pooler cls \
+        --seeds 0 1 2 3 4 5 6 7 8 9 --presets simcse mixcse mixcse-single mixcse-wo-sg --jobs 12  # seeds_probe_standin
+    python -m benchmarks.claims steps ... --steps 200 --eval-steps 25 --seeds 0 1 2 3 4 5 6 7 8 9 \
+        --presets mixcse mixcse:0.1 mixcse:0.3 mixcse:0.5 mixcse-released mixcse-bound --jobs 12  # lambda_probe_gpu
+
+D is what travelled to the GPU machine: minilm = all-MiniLM-L6-v2 saved in fp16, standin = the stand-in,
+corpus.txt.gz = the first 100,000 lines of the shared corpus, downstream = its STS and SICK folders. List options
+take commas, spaces or both ("0,1 2").
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import statistics
+import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from benchmarks import common  # noqa: F401  (offline env)
-from benchmarks.common import CORPUS, DOWNSTREAM, REPO, RESULTS, STAND_IN, backbone_path, machine_info, minilm_path
+from benchmarks import claims_report as report
+from benchmarks import common
+from benchmarks.claims_report import PAPER_PRESETS, TABLE_BATCH, load_results, parse_variant
+from benchmarks.common import CORPUS, DOWNSTREAM, REPO, RESULTS
 from mixcse.losses import PRESETS, objective_from_preset
-from mixcse.training.rundir import candidate_path
+from mixcse.training.rundir import candidate_path, saved_record
 from mixcse.utils.files import atomic_write_text
+from mixcse.utils.tables import markdown_table
 
-PRESET_LAM = {name: objective.lam for name, objective in PRESETS.items()}  # None for SimCSE
+CACHE = REPO / "benchmarks" / "cache"
+RUNS_DIR = CACHE / "runs"
+BATCH_JSON = RESULTS / "batch_size.json"
+REUSE_FROM = RESULTS / "paper_claims_fp32.json"
+TASKS = ("sts", "transfer", "analysis")
+EVAL_BATCH = 128
+THREADS = 1
+PYTORCH_PROBE = "senteval-pytorch"
+EMBEDDINGS_DIR = "embeddings"  # the final evaluation's embedding cache, shared by the two probes, then deleted
+# (backbone, variant), most informative first: the far end of the sweep, the released code's loss, the near end.
+# The per-pair bound clips 9% of pairs at λ = 0.2 on the raw stand-in, none up to λ = 0.7 on MiniLM
+# (benchmarks/results/lambda_bound_probe.json), where it trains exactly as MixCSE does.
+EXTRAS = (("standin", "mixcse-bound"), ("minilm", "mixcse:0.5"), ("minilm", "mixcse-released"),
+          ("minilm", "mixcse:0.1"), ("minilm", "mixcse:0.3"), ("minilm", "mixcse-bound"))
+BACKBONES = {
+    "minilm": {"pooler": "avg", "learning_rate": 1e-5, "precision": "bf16", "steps": 200, "eval_steps": 25},
+    "standin": {"pooler": "cls", "mlp_only_train": True, "learning_rate": 3e-5, "precision": "bf16",
+                "steps": 250, "eval_steps": 25},
+}
+COMMON = {"batch_size": TABLE_BATCH, "max_seq_length": 32, "temperature": 0.05, "log_steps": 5,
+          "eval_batch_size": 128, "analysis_at_eval": True, "num_threads": THREADS,
+          # the table's first runs predate the length-bucketed forward and the numpy dropout masks (same function,
+          # same distribution, other random streams); every run of the table keeps that path.
+          "length_buckets": 1, "fast_cpu_dropout": False}
+BASELINES = {  # name -> (label, backbone row it belongs to)
+    "minilm-raw": ("all-MiniLM-L6-v2 as shipped (mean pooling)", "minilm"),
+    "minilm-raw-fp32": ("all-MiniLM-L6-v2 as shipped, fp32 evaluation", "minilm"),
+    "standin-raw-cls": ("raw stand-in, [CLS]", "standin"),
+    "standin-raw-avg": ("raw stand-in, mean pooling", "standin"),
+    "glove": ("Avg. GloVe (6B, 50-d)", "glove"),
+}
+SETTINGS = {"evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysis, classifier=sklearn-converged); "
+                          "transfer_pytorch: the transfer tasks again, classifier=senteval-pytorch",
+            "selection": "STS-B dev Spearman (the trainer's stsb_dev selector)"}
 
 
-# ------------------------------------------------------------------------------------------- one run, shared
-def parse_variant(variant: str) -> tuple[str, float | None]:
-    """A preset name, optionally with λ ("mixcse:0.5"); None = the preset's own λ."""
-    preset, _, lam = variant.partition(":")
-    return preset, float(lam) if lam else None
-
-
+# ------------------------------------------------------------------------------------------------- one run
 def variant_error(variants: list[str]) -> str | None:
     """What is wrong with the first variant that names no preset or gives no number after ":", or None."""
     for variant in variants:
@@ -58,130 +120,82 @@ def variant_error(variants: list[str]) -> str | None:
 
 def split_values(values) -> list[str]:
     """Flag values given as "0,1,2", "0 1 2" (nargs="+") or a mix."""
-    return [v.strip() for value in ([values] if isinstance(values, str) else values) for v in value.split(",")
+    return [v.strip() for value in ([values] if isinstance(values, str) else values) for v in str(value).split(",")
             if v.strip()]
 
 
-def train_config(base: dict, preset: str, lam: float | None, seed: int, output_dir: str) -> dict:
+def train_config(base: dict, variant: str, seed: int, output_dir: str) -> dict:
     """The config of one run: the recipe ``base``, the preset (with λ when it is not the preset's own) and seed."""
+    preset, lam = parse_variant(variant)
     return {**base, "output_dir": output_dir, "loss": preset, "seed": seed, **({} if lam is None else {"lam": lam})}
 
 
 def finished_training(cfg: dict):
     """The TrainResult of a run already trained with this config in cfg["output_dir"] (killed during its final
-    evaluation), or None. Keys absent from the saved config did not exist when it ran; their pinned values in the
-    recipe are the behaviour it had, so only the saved keys are compared."""
-    import mixcse.training.trainer
+    evaluation), or None. Only the keys the saved config has are compared: a key added to mixcse since has the
+    pinned value of the behaviour it ran with."""
+    from mixcse.training.trainer import TrainResult
 
     out = Path(cfg["output_dir"])
+    saved = (saved_record(out) or {}).get("config") or {}
     try:
-        saved = yaml.safe_load((out / "config.yaml").read_text())["config"]
-        summary = json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError, KeyError, TypeError):
+        s = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
         return None
-    if not (out / "best").is_dir() or any(saved.get(k) != v for k, v in cfg.items() if k in saved):
+    if not saved or not (out / "best").is_dir() or any(saved.get(k) != v for k, v in cfg.items() if k in saved):
         return None
-    return mixcse.training.trainer.TrainResult(str(out), summary["steps"], summary["best_step"], summary["best_dev"],
-                                      summary["raw_dev"], summary["train_seconds"],
-                                      summary["sentences_per_second"])
+    return TrainResult(str(out), s["steps"], s["best_step"], s["best_dev"], s["raw_dev"], s["train_seconds"],
+                       s["sentences_per_second"])
 
 
 def train_run(cfg: dict, reuse: bool = False) -> tuple[object, list[dict], float, bool]:
-    """Train (or, with ``reuse``, take the finished training in the output dir); the metrics.jsonl records too."""
+    """Train (or, with ``reuse``, take the finished training in the output dir): (TrainResult, metrics.jsonl
+    records, wall seconds, reused)."""
     import mixcse
     from mixcse.evaluation.analysis import read_metrics
 
     t0 = time.perf_counter()
     result = finished_training(cfg) if reuse else None
-    reused = result is not None
-    if not reused:
+    if reused := result is not None:
+        print(f"[claims] {Path(cfg['output_dir']).name}: trained earlier, evaluating only", flush=True)
+        wall = result.train_seconds
+    else:
         result = mixcse.train(cfg, overwrite=True, progress=False)
         wall = time.perf_counter() - t0
-    else:
-        print(f"[paper_claims] {Path(cfg['output_dir']).name}: trained earlier (summary.json, best/), evaluating "
-              f"only", flush=True)
-        wall = result.train_seconds
     return result, read_metrics(Path(cfg["output_dir"]) / "metrics.jsonl"), wall, reused
 
 
-class Autocast:
-    """An encoder run under CPU bf16 autocast (outputs are float32). Only the evaluation's inference uses it."""
-
-    def __init__(self, encoder):
-        self.encoder = encoder
-        fp = getattr(encoder, "fingerprint", None)  # keeps the embedding cache usable: bf16 outputs are their own
-        self.fingerprint = f"{fp}|cpu-bf16-autocast" if isinstance(fp, str) and fp else None
-
-    def encode(self, sentences: list[str], batch_size: int = 64):
-        import torch
-
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return self.encoder.encode(sentences, batch_size=batch_size)
-
-
-def evaluate_model(encoder, data_dir, tasks, precision: str = "fp32", **kwargs) -> tuple[dict, float]:
-    from mixcse.evaluation import evaluate, resolve_encoder
+def evaluate_timed(encoder, tasks, **kwargs) -> tuple[dict, float]:
+    """mixcse.evaluation.evaluate and its seconds."""
+    from mixcse.evaluation import evaluate
 
     t0 = time.perf_counter()
-    encoder = resolve_encoder(encoder)
-    if precision == "bf16" and hasattr(encoder, "encode"):
-        encoder = Autocast(encoder)
-    return evaluate(encoder, tasks=tasks, data_dir=str(data_dir), **kwargs), time.perf_counter() - t0
+    return evaluate(encoder, tasks=tasks, **kwargs), time.perf_counter() - t0
 
 
 def sts_scores(res: dict) -> dict:
     return {**{t: v["spearman"] for t, v in res["sts"].items() if t != "avg"}, "avg": res["sts"]["avg"]}
 
 
-# ------------------------------------------------------------------------------------------------- CPU table
-CACHE = REPO / "benchmarks" / "cache"
-RUNS_DIR = CACHE / "runs"
-RESULTS_JSON = RESULTS / "paper_claims.json"
-TASKS = ("sts", "transfer", "analysis")
-EVAL_BATCH = 128
-THREADS = 1  # measured: on the shared 2 cores one torch thread beat two (paper_claims.py's docstring)
-PAPER_PRESETS = ("simcse", "mixcse", "mixcse-single", "mixcse-wo-sg")  # the paper's table; the rest are extras
-FIRST = ("simcse", "mixcse")  # the pair the headline claims need: run first, for every seed
-# (backbone, variant), most informative first: the far end of the sweep, the released code's loss, the near end.
-# The per-pair bound runs where it binds: on the raw stand-in it clips 9% of pairs at λ = 0.2, on all-MiniLM-L6-v2
-# none up to λ = 0.7 (benchmarks/lambda_bound_probe.py), where it would train exactly as MixCSE does.
-EXTRAS = (("standin", "mixcse-bound"), ("minilm", "mixcse:0.5"), ("minilm", "mixcse-released"),
-          ("minilm", "mixcse:0.1"), ("minilm", "mixcse:0.3"), ("minilm", "mixcse-bound"))
-# steps: the issue's reference run (MiniLM) and the CPU recipe's length (stand-in); STS-B dev every 25 steps.
-BACKBONES = {
-    "minilm": {"pooler": "avg", "learning_rate": 1e-5, "precision": "bf16", "steps": 200, "eval_steps": 25},
-    "standin": {"pooler": "cls", "mlp_only_train": True, "learning_rate": 3e-5, "precision": "bf16",
-                "steps": 250, "eval_steps": 25},
-}
-TABLE_BATCH = 64
-COMMON = {"batch_size": TABLE_BATCH, "max_seq_length": 32, "temperature": 0.05, "log_steps": 5,
-          "eval_batch_size": 128, "analysis_at_eval": True, "num_threads": THREADS,
-          # The table's first runs predate the length-bucketed forward and the numpy dropout masks (same function,
-          # same distribution, other random streams); every run of the table keeps the earlier path.
-          "length_buckets": 1, "fast_cpu_dropout": False}
-BASELINES = {  # name -> (label, backbone row it belongs to)
-    "minilm-raw": ("all-MiniLM-L6-v2 as shipped (mean pooling)", "minilm"),
-    "minilm-raw-fp32": ("all-MiniLM-L6-v2 as shipped, fp32 evaluation", "minilm"),
-    "standin-raw-cls": ("raw stand-in, [CLS]", "standin"),
-    "standin-raw-avg": ("raw stand-in, mean pooling", "standin"),
-    "glove": ("Avg. GloVe (6B, 50-d)", "glove"),
-}
+def accuracies(scores: dict) -> dict:
+    return {t: v["acc"] for t, v in scores.items() if t != "avg"} | {"avg": scores["avg"]}
 
 
+# ------------------------------------------------------------------------------------------------ the table
 @dataclass(frozen=True)
 class Spec:
     backbone: str
     preset: str
     seed: int
     lam: float | None  # the effective λ (None for SimCSE)
-    lam_override: float | None  # what is passed to mixcse (None = the preset's own)
+    variant: str  # what the run was asked for: a preset, optionally with λ
     steps: int
     eval_steps: int
     mode: str
     eval_precision: str
     transfer: bool = True  # False: STS + analysis only; weights kept so that a later sitting adds transfer
     batch_size: int = TABLE_BATCH  # the negatives (global batch); another size is part of the key and the name
-    mini_batch_size: int | None = None  # memory (the cached step, same objective): neither in the key nor the name
+    mini_batch_size: int | None = None  # memory only (the cached step, same objective): not in the key or name
 
     @property
     def key(self) -> tuple:
@@ -196,14 +210,14 @@ class Spec:
                 f"{self.eval_precision}")
 
     def config(self) -> dict:
-        bcfg = {k: v for k, v in BACKBONES[self.backbone].items() if k not in ("steps", "eval_steps")}
-        base = {**COMMON, "model": backbone_path(self.backbone), "train_file": str(CORPUS),
+        """mixcse.train's config; every scored checkpoint is saved (training_best), none mid-run to resume."""
+        base = {**COMMON, "model": common.backbone_path(self.backbone), "train_file": str(CORPUS),
                 "data_dir": str(DOWNSTREAM), "max_steps": self.steps, "eval_steps": self.eval_steps,
-                "save_steps": self.steps, "save_candidates": True,  # see training_best
-                **bcfg}  # no mid-run checkpoints: a killed run restarts
+                "save_steps": self.steps, "save_candidates": True,
+                **{k: v for k, v in BACKBONES[self.backbone].items() if k not in ("steps", "eval_steps")}}
         if self.batch_size != TABLE_BATCH or self.mini_batch_size is not None:
             base |= {"batch_size": self.batch_size, "mini_batch_size": self.mini_batch_size}
-        return train_config(base, self.preset, self.lam_override, self.seed, str(RUNS_DIR / self.name))
+        return train_config(base, self.variant, self.seed, str(RUNS_DIR / self.name))
 
 
 def batch_key(batch_size: int) -> tuple:
@@ -229,46 +243,33 @@ def make_spec(backbone: str, variant: str, seed: int, steps: int | None, mode: s
               transfer: bool = True, batch_size: int = TABLE_BATCH, mini_batch_size: int | None = None) -> Spec:
     """One run. Another ``batch_size`` keeps the table's budget of sentences (equal_sentences), as the SimCSE paper
     compared batch sizes at one epoch."""
-    preset, lam_override = parse_variant(variant)
+    preset, lam = parse_variant(variant)
     cfg = BACKBONES[backbone]
     n = steps or equal_sentences(cfg["steps"], batch_size)
     every = (equal_sentences(cfg["eval_steps"], batch_size) if steps is None
              else max(1, min(cfg["eval_steps"], n // 4 or 1)))
-    lam = objective_from_preset(preset, lam=lam_override).lam
-    return Spec(backbone, preset, seed, lam, lam_override, n, every, mode, eval_precision, transfer, batch_size,
-                mini_batch_size)
+    return Spec(backbone, preset, seed, objective_from_preset(preset, lam=lam).lam, variant, n, every, mode,
+                eval_precision, transfer, batch_size, mini_batch_size)
 
 
 def plan(backbones, variants, seeds, extras: bool, steps, mode, eval_precision,
          transfer: bool = True) -> list[tuple[str, object]]:
-    """Jobs in the order that makes partial results most informative: raw MiniLM; MiniLM SimCSE & MixCSE (all
-    seeds); the GloVe baseline row (no training, minutes); MiniLM other variants; stand-in baselines ([CLS], mean
-    pooling), stand-in SimCSE & MixCSE, then the rest; then EXTRAS."""
+    """Jobs in the order that makes partial results most informative: per backbone (MiniLM first) its raw
+    baselines, SimCSE & MixCSE (all seeds), GloVe (after the first pair), the other variants; then EXTRAS."""
+    def runs(pairs):
+        return [("run", make_spec(bb, v, seed, steps, mode, eval_precision, transfer)) for seed in seeds
+                for bb, v in pairs]
+
     jobs: list[tuple[str, object]] = []
-    for bb in [b for b in ("minilm", "standin") if b in backbones] + [b for b in backbones if b not in BACKBONES]:
-        jobs += [("baseline", "minilm-raw")] if bb == "minilm" else [("baseline", "standin-raw-cls"),
-                                                                     ("baseline", "standin-raw-avg")]
-        first = [v for v in FIRST if v in variants]
-        for group in (first, [v for v in variants if v not in FIRST]):
-            jobs += [("run", make_spec(bb, v, seed, steps, mode, eval_precision, transfer))
-                     for seed in seeds for v in group]
-            if group is first and ("baseline", "glove") not in jobs:
-                jobs.append(("baseline", "glove"))
-    if ("baseline", "glove") not in jobs:
-        jobs.append(("baseline", "glove"))
+    for bb in sorted(backbones, key=lambda b: b != "minilm"):
+        jobs += [("baseline", name) for name, (_, row) in BASELINES.items() if row == bb and "fp32" not in name]
+        jobs += runs([(bb, v) for v in report.FIRST if v in variants])
+        if ("baseline", "glove") not in jobs:
+            jobs.append(("baseline", "glove"))
+        jobs += runs([(bb, v) for v in variants if v not in report.FIRST])
     if eval_precision == "bf16" and "minilm" in backbones:
         jobs.append(("baseline", "minilm-raw-fp32"))  # how much bf16 inference moves the numbers
-    if extras:
-        jobs += [("run", make_spec(bb, v, seed, steps, mode, eval_precision, transfer))
-                 for seed in seeds for bb, v in EXTRAS if bb in backbones]
-    return jobs
-
-
-def load_results(path: Path = RESULTS_JSON) -> dict:
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data.setdefault("runs", [])
-    data.setdefault("baselines", [])
-    return data
+    return jobs + (runs([e for e in EXTRAS if e[0] in backbones]) if extras else [])
 
 
 def save_results(path: Path, update, settings: dict | None = None) -> dict:
@@ -276,24 +277,17 @@ def save_results(path: Path, update, settings: dict | None = None) -> dict:
     data = load_results(path)
     update(data)
     data["settings"] = settings or {"backbones": {bb: {**cfg, **COMMON} for bb, cfg in BACKBONES.items()},
-                        "corpus": str(CORPUS.relative_to(REPO.parent)),
-                        "data_dir": str(DOWNSTREAM.relative_to(REPO.parent)),
-                        "evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysis, "
-                                      "classifier=sklearn-converged); transfer_pytorch: the transfer tasks again, "
-                                      "classifier=senteval-pytorch",
-                        "selection": "STS-B dev Spearman (the trainer's stsb_dev selector)"}
+                                    "corpus": str(CORPUS.relative_to(REPO.parent)),
+                                    "data_dir": str(DOWNSTREAM.relative_to(REPO.parent)), **SETTINGS}
     atomic_write_text(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
     return data
 
 
-def record_run(path: Path, record: dict, key) -> dict:
-    """Replace the record of ``key`` in the cache (or add it): a run's Spec.key, or a baseline's baseline_key."""
+def record_run(path: Path, record: dict) -> dict:
+    """Replace the record of the same run or baseline in the results file (or add it)."""
     section, key_of = ("runs", run_key) if "preset" in record else ("baselines", baseline_key)
-
-    def update(data: dict) -> None:
-        data[section] = [r for r in data[section] if key_of(r) != key] + [record]
-
-    return save_results(path, update)
+    return save_results(path, lambda data: data.__setitem__(
+        section, [r for r in data[section] if key_of(r) != key_of(record)] + [record]))
 
 
 def pending_jobs(jobs: list[tuple[str, object]], data: dict, mode: str, eval_precision: str) -> list:
@@ -309,19 +303,6 @@ def pending_jobs(jobs: list[tuple[str, object]], data: dict, mode: str, eval_pre
         return (job, mode, "fp32" if job.endswith("-fp32") else eval_precision) in done_base
 
     return [(kind, job) for kind, job in jobs if not done(kind, job)]
-
-
-def eta(data: dict, pending: list[tuple[str, object]]) -> str:
-    """Expected remaining time from the recorded runs' own times (per backbone), else the probe's figures."""
-    fallback = {"minilm": 19 * 60, "standin": 9 * 60}  # per run, measured at load ~3-4 (2026-11-29)
-    per = {}
-    for bb in BACKBONES:
-        rs = [r for r in data["runs"] if r["backbone"] == bb]
-        per[bb] = sum(r["train_wall_seconds"] + r["eval_seconds"] for r in rs) / len(rs) if rs else fallback[bb]
-    known = [per[j[1].backbone] for j in pending if j[0] == "run" and per.get(j[1].backbone)]
-    unknown = sum(1 for j in pending if j[0] == "run" and not per.get(j[1].backbone))
-    text = f"{sum(known) / 3600:.1f} h for {len(known)} runs (recorded runs' mean times, else the probe's)"
-    return text + (f" + {unknown} runs of a backbone not measured yet" if unknown else "")
 
 
 class AvgGloVe:
@@ -351,39 +332,50 @@ class AvgGloVe:
         return out
 
 
-def table_evaluation(encoder, mode: str, precision: str, workers: int, tasks=TASKS,
-                     cache_dir=None) -> tuple[dict, float]:
-    """The CPU table's final evaluation (mode test) with the sklearn-converged probe its first records were made
-    with; ``cache_dir`` keeps the embeddings for the second probe (pytorch_transfer)."""
-    return evaluate_model(encoder, DOWNSTREAM, tasks, precision, mode=mode, classifier="sklearn-converged",
-                          batch_size=EVAL_BATCH, verbose=True, workers=workers, cache_dir=cache_dir)
-
-
 def summarise_eval(res: dict) -> dict:
     from mixcse.evaluation import to_jsonable
 
-    transfer = None  # not evaluated (--no-transfer)
-    if "transfer" in res:
-        transfer = {t: v["acc"] for t, v in res["transfer"].items() if t != "avg"} | {"avg": res["transfer"]["avg"]}
     keys = ("alignment", "uniformity", "max_angle", "mean_angle", "mean_cosine")
-    settings = res["settings"]
-    return to_jsonable({"sts": sts_scores(res), "transfer": transfer,
+    return to_jsonable({"sts": sts_scores(res), "transfer": accuracies(res["transfer"]) if "transfer" in res else None,
                         "mrpc_f1": (res.get("transfer") or {}).get("MRPC", {}).get("f1"),
                         "analysis": {**{k: res["analysis"][k] for k in keys}, "splits": "STS-B dev+test"},
-                        "eval_settings": {k: settings[k] for k in ("mode", "classifier", "batch_size", "seconds")}})
+                        "eval_settings": {k: res["settings"][k] for k in ("mode", "classifier", "batch_size",
+                                                                           "seconds")}})
+
+
+def evaluate_both_probes(encoder, mode: str, precision: str, workers: int, tasks, cache: Path):
+    """The table's final evaluation of ``tasks`` (sklearn-converged), then, when they include transfer, SentEval's
+    PyTorch probe on the same embeddings (cached in ``cache``, deleted after): (record fields, seconds)."""
+    from mixcse.evaluation import to_jsonable
+
+    kwargs = {"data_dir": str(DOWNSTREAM), "mode": mode, "precision": precision, "batch_size": EVAL_BATCH,
+              "verbose": True, "workers": workers, "cache_dir": cache}
+    res, secs = evaluate_timed(encoder, tasks, classifier="sklearn-converged", **kwargs)
+    fields = summarise_eval(res)
+    if "transfer" in tasks:
+        probe, probe_secs = evaluate_timed(encoder, ("transfer",), classifier=PYTORCH_PROBE, **kwargs)
+        fields |= to_jsonable({report.PYTORCH_FIELD: accuracies(probe["transfer"]),
+                               "mrpc_f1_pytorch": probe["transfer"].get("MRPC", {}).get("f1"),
+                               "pytorch_probe": {"classifier": PYTORCH_PROBE,
+                                                 "probe": probe["settings"]["classifier"],
+                                                 "eval_seconds": probe_secs, "eval_workers": workers}})
+        secs += probe_secs
+    shutil.rmtree(cache, ignore_errors=True)
+    return fields, secs
 
 
 def _stamp() -> dict:
-    return {"machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return {"machine": common.machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def baseline_encoder(name: str):
+def baseline_encoder(name: str, precision: str = "fp32"):
     from mixcse.sentence_encoder import SentenceEncoder
 
     if name.startswith("minilm-raw"):
-        return SentenceEncoder.load(minilm_path())
+        return SentenceEncoder.load(common.minilm_path(), precision=precision)
     if name.startswith("standin-raw"):
-        return SentenceEncoder.load(STAND_IN, pooler="cls_before_pooler" if name.endswith("-cls") else "avg")
+        pooler = "cls_before_pooler" if name.endswith("-cls") else "avg"
+        return SentenceEncoder.load(common.STAND_IN, pooler=pooler, precision=precision)
     return AvgGloVe()
 
 
@@ -391,29 +383,12 @@ def run_baseline(name: str, mode: str, eval_precision: str, workers: int = 1) ->
     from mixcse.evaluation import stsb_dev_spearman
 
     label, bb = BASELINES[name]
-    load0 = os.getloadavg()[0]
-    enc = baseline_encoder(name)
-    precision = "fp32" if name.endswith("-fp32") else eval_precision
-    dev = float(stsb_dev_spearman(enc, str(DOWNSTREAM)))  # fp32, as the trainer's selection computes it
-    res, both, secs = evaluate_both_probes(enc, mode, precision, workers, TASKS,
-                                           CACHE / "baselines" / name / EMBEDDINGS_DIR)
+    load0, precision = os.getloadavg()[0], "fp32" if name.endswith("-fp32") else eval_precision
+    dev = float(stsb_dev_spearman(baseline_encoder(name), str(DOWNSTREAM)))  # fp32, as the trainer's selection
+    fields, secs = evaluate_both_probes(baseline_encoder(name, precision), mode, precision, workers, TASKS,
+                                        CACHE / "baselines" / name / EMBEDDINGS_DIR)
     return {"name": name, "label": label, "backbone": bb, "mode": mode, "eval_precision": precision,
-            "stsb_dev": dev, **summarise_eval(res), **both, "eval_seconds": secs, "load_1min_at_start": load0,
-            **_stamp()}
-
-
-def evaluate_both_probes(encoder, mode: str, precision: str, workers: int, tasks, cache: Path):
-    """The table's final evaluation of ``tasks`` (sklearn-converged), then, when they include transfer, SentEval's
-    PyTorch probe on the same embeddings (cached in ``cache``, deleted after): (results, fields, seconds)."""
-    res, secs = table_evaluation(encoder, mode, precision, workers, tasks, cache_dir=cache)
-    both = {}
-    if "transfer" in tasks:
-        fields, probe, probe_secs = pytorch_transfer(encoder, mode, precision, workers, cache_dir=cache)
-        both = {**fields, "pytorch_probe": {"classifier": PYTORCH_PROBE, "probe": probe, "eval_seconds": probe_secs,
-                                            "eval_workers": workers}}
-        secs += probe_secs
-    shutil.rmtree(cache, ignore_errors=True)
-    return res, both, secs
+            "stsb_dev": dev, **fields, "eval_seconds": secs, "load_1min_at_start": load0, **_stamp()}
 
 
 def curves_of(records: list[dict]) -> dict:
@@ -429,36 +404,29 @@ def curves_of(records: list[dict]) -> dict:
 
 
 def training_best(records: list[dict]) -> tuple[int, float]:
-    """(step, STS-B dev) of the best checkpoint *of training* (step > 0; the earliest on ties): the table's protocol
-    and the papers'. mixcse's own selection also weighs the start model (a run never ships a worse model than it
-    started from), which on the raw stand-in would keep the start model in every run (its STS-B dev, 29.75, is
-    above every trained checkpoint's) and leave nothing to compare; so the table saves every scored checkpoint
-    (save_candidates) and evaluates this one."""
+    """(step, STS-B dev) of the best checkpoint *of training* (step > 0; the earliest on ties): the papers'
+    protocol. mixcse's own selection also weighs the start model, which on the raw stand-in (STS-B dev 29.75, above
+    every trained checkpoint) would leave nothing to compare; so every scored checkpoint is saved and this one
+    evaluated."""
     scored = [(r["step"], r["stsb_dev"]) for r in records if "stsb_dev" in r and r["step"] > 0]
     return max(scored, key=lambda sd: (sd[1], -sd[0]))
 
 
 def train_and_evaluate(spec: Spec, workers: int = 1) -> dict:
-    cfg = spec.config()
-    load0 = os.getloadavg()[0]
+    cfg, load0 = spec.config(), os.getloadavg()[0]
     result, records, train_wall, reused = train_run(cfg, reuse=True)
     tasks = TASKS if spec.transfer else tuple(t for t in TASKS if t != "transfer")
     best_step, best_dev = training_best(records)
-    best = str(candidate_path(RUNS_DIR / spec.name, best_step))
-    res, both, eval_secs = evaluate_both_probes(best, spec.mode, spec.eval_precision, workers, tasks,
-                                                RUNS_DIR / spec.name / EMBEDDINGS_DIR)
-    return {**both, "backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
+    fields, eval_secs = evaluate_both_probes(str(candidate_path(RUNS_DIR / spec.name, best_step)), spec.mode,
+                                             spec.eval_precision, workers, tasks, RUNS_DIR / spec.name / EMBEDDINGS_DIR)
+    return {"backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
             "steps": spec.steps, "batch_size": spec.batch_size, "mini_batch_size": spec.mini_batch_size,
-            "mode": spec.mode, "eval_precision": spec.eval_precision,
-            "eval_steps": spec.eval_steps, "best_step": best_step, "raw_dev": result.raw_dev, "best_dev": best_dev,
-            "selection": "training_best (step > 0)", "start_won": result.best_step == 0, **summarise_eval(res),
-            "curves": curves_of(records),
-            "train_seconds": result.train_seconds, "train_wall_seconds": train_wall, "eval_seconds": eval_secs,
-            "training_reused": reused, "eval_workers": workers,
+            "mode": spec.mode, "eval_precision": spec.eval_precision, "eval_steps": spec.eval_steps,
+            "best_step": best_step, "raw_dev": result.raw_dev, "best_dev": best_dev,
+            "selection": "training_best (step > 0)", "start_won": result.best_step == 0, **fields,
+            "curves": curves_of(records), "train_seconds": result.train_seconds, "train_wall_seconds": train_wall,
+            "eval_seconds": eval_secs, "training_reused": reused, "eval_workers": workers,
             "config": {k: v for k, v in cfg.items() if k != "output_dir"}, "load_1min_at_start": load0, **_stamp()}
-
-
-EMBEDDINGS_DIR = "embeddings"  # the final evaluation's embedding cache, shared by the two probes, then deleted
 
 
 def cleanup_weights(spec: Spec) -> None:
@@ -466,109 +434,277 @@ def cleanup_weights(spec: Spec) -> None:
         shutil.rmtree(RUNS_DIR / spec.name / sub, ignore_errors=True)
 
 
-# ------------------------------------------------------------------------------------------------- GPU probe
-PROBE_RECIPE = {"batch_size": 64, "max_seq_length": 32, "precision": "auto", "log_steps": 25}
+def run_jobs(pending: list, results: Path, workers: int, keep_weights: bool, mode: str = "test",
+             eval_precision: str = "fp32", after=None) -> int:
+    """Run and record each job (a Spec, or a baseline's name evaluated in ``mode`` at ``eval_precision``); a failed
+    one is reported and retried next time. ``after()`` follows every recorded job. Returns the failures."""
+    failures = 0
+    for i, (kind, job) in enumerate(pending, 1):
+        label = job.name if kind == "run" else f"baseline {job}"
+        print(f"[claims] ({i}/{len(pending)}) {label}: start {time.strftime('%H:%M:%S')}, "
+              f"load {os.getloadavg()[0]:.1f}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            record = (train_and_evaluate(job, workers) if kind == "run"
+                      else run_baseline(job, mode, eval_precision, workers))
+            record_run(results, record)
+            if kind == "run" and not keep_weights:
+                cleanup_weights(job)
+        except KeyboardInterrupt:
+            raise
+        except Exception:
+            failures += 1
+            traceback.print_exc()
+            print(f"[claims] FAILED {label}", flush=True)
+            continue
+        transfer = f"{record['transfer']['avg']:.2f}" if record.get("transfer") else "not evaluated"
+        print(f"[claims] recorded {label}: STS avg {record['sts']['avg']:.2f}, transfer avg {transfer}; "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+        if after:
+            after()
+    print(f"[claims] finished; {failures} failed", flush=True)
+    return failures
 
 
-def probe_base(model: str, corpus: str, data: str, pooler: str, lr: float, steps: int, eval_steps: int,
-               threads: int) -> dict:
-    return {"model": model, "train_file": corpus, "data_dir": data, "pooler": pooler, "learning_rate": lr,
-            "max_steps": steps, "eval_steps": eval_steps, "num_threads": threads, **PROBE_RECIPE}
-
-
+# ------------------------------------------------------------------------------------------- the GPU probe
 def probe_run(base: dict, variant: str, seed: int) -> dict:
     """Train one (variant, seed) in a temporary folder, select on STS-B dev, evaluate the selected checkpoint on
     the STS tasks."""
     with tempfile.TemporaryDirectory() as tmp:
-        result, records, train_s, _ = train_run(train_config(base, *parse_variant(variant), seed, tmp))
-        res, _ = evaluate_model(str(Path(tmp) / "best"), base["data_dir"], "sts", batch_size=256, verbose=False)
+        result, records, train_s, _ = train_run(train_config(base, variant, seed, tmp))
+        res, _ = evaluate_timed(str(Path(tmp) / "best"), "sts", data_dir=base["data_dir"], batch_size=256,
+                                verbose=False)
     return {"preset": variant, "seed": seed, "steps": base["max_steps"], "best_step": result.best_step,
             "raw_dev": result.raw_dev, "best_dev": result.best_dev, "sts": sts_scores(res), "train_seconds": train_s,
             "dev_curve": [(r["step"], r["stsb_dev"]) for r in records if "stsb_dev" in r],
             "loss_curve": [(r["step"], r["loss"]) for r in records if "loss" in r]}
 
 
-# ------------------------------------------------------------------ the papers' probe, added to recorded runs
-# The table was first evaluated with the sklearn-converged probe (field "transfer"); the SentEval PyTorch probe
-# (the papers' protocol) adds "transfer_pytorch" beside it, on the same bf16 embeddings, so the two differ by the
-# probe alone. The weights of those runs were not kept: a run is trained again from its recorded config (same
-# seed, data order and thread count); its STS-B dev at the recorded best step, compared with the record, shows
-# whether the retrained model is the recorded one.
-PYTORCH_PROBE = "senteval-pytorch"
-PYTORCH_FIELD = "transfer_pytorch"
+def steps_probe(args) -> int:
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    base = {"model": args.model, "train_file": args.corpus, "data_dir": args.data, "pooler": args.pooler,
+            "learning_rate": args.lr, "max_steps": args.steps, "eval_steps": args.eval_steps, "num_threads": threads,
+            "batch_size": 64, "max_seq_length": 32, "precision": "auto", "log_steps": 25}
+    settings = {k: getattr(args, k) for k in ("model", "corpus", "data", "presets", "seeds", "steps", "eval_steps",
+                                              "lr", "pooler", "jobs")} | {"out": str(args.out), "threads": threads}
+    todo, records, t_all = [(v, seed) for seed in args.seeds for v in args.presets], [], time.perf_counter()
 
+    def record(rec: dict) -> None:
+        records.append(rec)
+        print(f"{rec['preset']:14s} seed {rec['seed']}: dev {rec['raw_dev']:.2f} -> {rec['best_dev']:.2f} "
+              f"@ {rec['best_step']}, STS avg {rec['sts']['avg']:.2f} ({rec['train_seconds']:.0f} s)", flush=True)
+        records.sort(key=lambda r: (r["seed"], args.presets.index(r["preset"])))
+        args.out.write_text(json.dumps({"settings": settings, "wall_seconds": time.perf_counter() - t_all,
+                                        "runs": records}, indent=1))
 
-def spec_of(record: dict) -> Spec:
-    """The Spec of a recorded run (its name is the run's folder under RUNS_DIR)."""
-    return Spec(record["backbone"], record["preset"], record["seed"], record.get("lam"),
-                record.get("config", {}).get("lam"), record["steps"], record["eval_steps"],
-                record.get("mode", "test"), record.get("eval_precision", "fp32"),
-                batch_size=record.get("batch_size", TABLE_BATCH), mini_batch_size=record.get("mini_batch_size"))
-
-
-def recorded_config(record: dict) -> dict:
-    """The run's recorded config, less keys TrainConfig does not have: `eval_at_start` (an STS-B dev score at step
-    0; mixcse always scores the start model, as a selection candidate, which changes no recorded run: none kept
-    its start model)."""
-    from dataclasses import fields
-
-    from mixcse.training.config import TrainConfig
-
-    known = {f.name for f in fields(TrainConfig)}
-    return {k: v for k, v in record.get("config", {}).items() if k in known}
-
-
-def lacks_pytorch_probe(record: dict) -> bool:
-    return record.get("transfer") is not None and record.get(PYTORCH_FIELD) is None
-
-
-def pytorch_probe_order(data: dict) -> list[tuple[str, dict]]:
-    """Records still without the PyTorch probe, the claims' headline pairs first: MiniLM SimCSE & MixCSE, stand-in
-    SimCSE & MixCSE, the baselines, the ablations, then the extras (by seed within each group)."""
-    def rank(r: dict) -> tuple:
-        paper = r["preset"] in PAPER_PRESETS and r.get("lam") == PRESET_LAM.get(r["preset"])
-        group = (0 if r["preset"] in FIRST else 2) if paper else 3
-        return group, r["backbone"] != "minilm", r["seed"], r["preset"] != "simcse"
-
-    runs = sorted((r for r in data["runs"] if lacks_pytorch_probe(r)), key=rank)
-    baselines = [("baseline", b) for b in data["baselines"] if lacks_pytorch_probe(b)]
-    headline = [("run", r) for r in runs if rank(r)[0] == 0]
-    return headline + baselines + [("run", r) for r in runs if rank(r)[0] > 0]
-
-
-def pytorch_transfer(encoder, mode: str, precision: str, workers: int, cache_dir=None) -> tuple[dict, dict, float]:
-    """The transfer tasks only, with the SentEval PyTorch probe: (fields to add to a record, probe settings,
-    seconds)."""
-    from mixcse.evaluation import to_jsonable
-
-    res, secs = evaluate_model(encoder, DOWNSTREAM, ("transfer",), precision, mode=mode, classifier=PYTORCH_PROBE,
-                               batch_size=EVAL_BATCH, verbose=True, workers=workers, cache_dir=cache_dir)
-    scores = res["transfer"]
-    fields = {PYTORCH_FIELD: {t: v["acc"] for t, v in scores.items() if t != "avg"} | {"avg": scores["avg"]},
-              "mrpc_f1_pytorch": scores.get("MRPC", {}).get("f1")}
-    return to_jsonable(fields), to_jsonable(res["settings"]["classifier"]), secs
-
-
-def add_pytorch_probe(kind: str, record: dict, workers: int = 1) -> dict:
-    """``record`` with the PyTorch probe's transfer scores added (and "pytorch_probe": how they were made). A run is
-    trained again from its recorded config; its weights are kept under RUNS_DIR."""
-    load0 = os.getloadavg()[0]
-    meta: dict = {"classifier": PYTORCH_PROBE, "load_1min_at_start": load0}
-    if kind == "baseline":
-        encoder = baseline_encoder(record["name"])
+    if args.jobs == 1:
+        for variant, seed in todo:
+            record(probe_run(base, variant, seed))
     else:
-        spec = spec_of(record)
-        out = RUNS_DIR / spec.name
-        # the recorded best step is read from candidates/ (spec.config() saves every scored step), not from best/:
-        # today's selection also weighs the start model, which the recorded runs did not
-        cfg = {**spec.config(), **recorded_config(record), "output_dir": str(out)}
-        _, records, wall, reused = train_run(cfg, reuse=True)
-        dev = {r["step"]: r["stsb_dev"] for r in records if "stsb_dev" in r}.get(record["best_step"])
-        encoder = str(candidate_path(out, record["best_step"]))
-        meta |= {"retrained_dev_at_recorded_best_step": dev,
-                 "same_model": dev is not None and abs(dev - record["best_dev"]) < 1e-6,
-                 "train_wall_seconds": wall, "training_reused": reused}
-    fields, probe, secs = pytorch_transfer(encoder, record.get("mode", "test"),
-                                           record.get("eval_precision", "fp32"), workers)
-    return {**record, **fields, "pytorch_probe": {**meta, "probe": probe, "eval_seconds": secs,
-                                                  "eval_workers": workers, **_stamp()}}
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for fut in as_completed([pool.submit(probe_run, base, v, s) for v, s in todo]):
+                record(fut.result())
+    print("\n".join(report.probe_section({"runs": records})))
+    print(f"{len(records)} runs in {time.perf_counter() - t_all:.0f} s wall, {args.jobs} at once")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ the batch study
+VS_BATCH_64 = report.Paired("", report.sts_avg, judged=False)  # "+0.12 ± 0.30 (n=3); better on ..."
+
+
+def batch_plan(backbones: list[str], variants: list[str], seeds: list[int], sizes: list[int], mini_batch: int,
+               precision: str, transfer: bool, steps: int | None = None) -> list[Spec]:
+    """Cheapest backbone first; within it seed by seed, so that every finished seed is a complete comparison. Batch
+    64 is the table's own run (one pass); a variant given twice (mixcse, mixcse:0.2) is one job."""
+    jobs = [make_spec(bb, v, seed, steps, "test", precision, transfer, batch,
+                      None if batch == TABLE_BATCH or batch <= mini_batch else mini_batch)
+            for bb in sorted(backbones, key=lambda b: b != "standin") for seed in seeds for batch in sizes
+            for v in variants]
+    return list({job.key: job for job in jobs}.values())
+
+
+def batch_summary(data: dict) -> list[dict]:
+    """Per (backbone, variant, precision, batch, steps): STS avg over seeds, and its difference to batch 64 paired by
+    seed: with the table's batch-64 run for a run of equal sentences, else with the batch-64 run of as many steps."""
+    groups: dict[tuple, dict[int, dict]] = {}
+    for r in data["runs"]:
+        key = (r["backbone"], r["preset"], r.get("lam"), r.get("eval_precision", "fp32"),
+               r.get("batch_size", TABLE_BATCH), r["steps"])
+        groups.setdefault(key, {})[r["seed"]] = r
+    rows = []
+    for key in sorted(groups, key=lambda k: (*k[:2], k[2] if k[2] is not None else -1, *k[3:])):
+        bb, preset, lam, precision, batch, steps = key
+        runs, table_steps = groups[key], BACKBONES[bb]["steps"]
+        base_steps = table_steps if steps == equal_sentences(table_steps, batch) else steps
+        base = groups.get((bb, preset, lam, precision, TABLE_BATCH, base_steps), {})
+        diffs = report.paired(runs, base, report.sts_avg) if batch != TABLE_BATCH else []
+        mean, std, n = report.mean_std([report.sts_avg(r) for r in runs.values()])
+        rows.append({"backbone": bb, "preset": preset, "lam": lam, "eval_precision": precision, "batch_size": batch,
+                     "steps": steps, "sentences": steps * batch, "n": n, "sts_avg_mean": mean, "sts_avg_std": std,
+                     "best_dev_mean": report.mean_std([r.get("best_dev") for r in runs.values()])[0],
+                     "sts_avg_minus_batch64": diffs,
+                     "sts_avg_minus_batch64_mean": statistics.fmean(diffs) if diffs else None,
+                     "sts_avg_minus_batch64_text": report.compare(VS_BATCH_64, runs, base).strip() if diffs else None,
+                     "train_seconds_mean": report.mean_std([r.get("train_seconds") for r in runs.values()])[0]})
+    return rows
+
+
+def batch_table(rows: list[dict]) -> str:
+    header = ["backbone", "variant", "precision", "batch", "steps", "sentences", "n", "STS avg",
+              "− batch 64 (paired by seed)", "train s"]
+    return "\n".join(markdown_table(header, [
+        [r["backbone"], report.variant_label(r["preset"], r["lam"]), r["eval_precision"], str(r["batch_size"]),
+         str(r["steps"]), f"{r['sentences']:,}", str(r["n"]), report.cell([r["sts_avg_mean"]], show_n=False)
+         + (f" ± {r['sts_avg_std']:.2f}" if r["sts_avg_std"] is not None else ""),
+         r["sts_avg_minus_batch64_text"] or "--", report.cell([r["train_seconds_mean"]], 0, show_n=False)]
+        for r in rows]))
+
+
+def batch_study(args, backbones, variants, seeds, sizes) -> int:
+    sources = {run_key(r): r for r in load_results(args.reuse_from)["runs"]}
+    jobs = batch_plan(backbones, variants, seeds, sizes, args.mini_batch_size, args.precision, args.transfer,
+                      args.steps)
+    pending = [job for _, job in pending_jobs([("run", j) for j in jobs], load_results(args.results), "test",
+                                              args.precision)]
+    copies = {job.key: sources[job.key] for job in pending if job.key in sources and (
+        sources[job.key].get("transfer") is not None or not job.transfer)}
+    print(f"[claims] {len(jobs)} runs: {len(jobs) - len(pending)} recorded, {len(copies)} to copy from "
+          f"{args.reuse_from.name if copies else '--'}, {len(pending) - len(copies)} to train", flush=True)
+    if args.dry_run:
+        for job in jobs:
+            print(f"  {'done ' if job not in pending else 'copy ' if job.key in copies else 'train'}  {job.name}")
+        return 0
+    if not common.single_instance(CACHE / "paper_claims.lock", "claims"):
+        return 2
+    for record in copies.values():
+        record_run(args.results, {**record, "reused_from": args.reuse_from.name})
+    train = [("run", job) for job in pending if job.key not in copies]
+    failures = run_jobs(train, args.results, args.eval_workers, keep_weights=False)
+    settings = {"recipe": "benchmarks/claims.py (the claims table), batch size varied, equal sentences",
+                "backbones": {bb: {**BACKBONES[bb], **COMMON} for bb in backbones}, "batch_sizes": sizes,
+                "mini_batch_size": args.mini_batch_size, "precision": args.precision,
+                "steps": args.steps or "equal sentences (64 / batch × the table's)", "transfer": args.transfer}
+    if args.results.exists():
+        data = save_results(args.results, lambda d: d.__setitem__("summary", batch_summary(d)), settings)
+        print(batch_table(data["summary"]), flush=True)
+    return 1 if failures else 0
+
+
+# ------------------------------------------------------------------------------------------------- the CLI
+def paper_table(args, backbones, variants, seeds) -> int:
+    jobs = plan(backbones, variants, seeds, args.extras, args.steps, args.mode, args.precision,
+                transfer=not args.no_transfer)
+    jobs = [j for j in jobs if not (args.no_baselines and j[0] == "baseline")]
+    pending = pending_jobs(jobs, load_results(args.results), args.mode, args.precision)
+    print(f"[claims] {len(jobs)} jobs, {len(jobs) - len(pending)} already recorded, {len(pending)} to do", flush=True)
+    if args.dry_run:
+        for kind, job in jobs:
+            print(("  to do  " if (kind, job) in pending else "  done   ") + (job.name if kind == "run"
+                                                                           else f"baseline {job}"))
+        return 0
+    if not common.single_instance(CACHE / "paper_claims.lock", "claims"):
+        return 2
+    failures = run_jobs(pending, args.results, args.eval_workers, keep_weights=args.no_transfer, mode=args.mode,
+                        eval_precision=args.precision,
+                        after=lambda: report.report(args.results, args.docs, quiet=True))  # docs stay current
+    return 1 if failures else 0
+
+
+def lists(ap: argparse.ArgumentParser, args) -> tuple[list[str], list[str], list[int]]:
+    """--backbones, --presets and --seeds, checked: a bad one is the parser's one `error:` line."""
+    backbones, variants = split_values(getattr(args, "backbones", [])), split_values(args.presets)
+    try:
+        seeds = [int(s) for s in split_values(args.seeds)]
+    except ValueError:
+        ap.error(f"--seeds takes whole numbers, not {' '.join(map(str, args.seeds))!r}")
+    if unknown := [b for b in backbones if b not in BACKBONES]:
+        ap.error(f"unknown backbone {unknown[0]!r}; choose from {', '.join(BACKBONES)}")
+    if variant_error(variants):
+        ap.error(variant_error(variants))
+    if min(getattr(args, k, 1) for k in ("threads", "eval_workers", "jobs", "mini_batch_size")) < 1 or (
+            args.steps is not None and args.steps < 1):
+        ap.error("--threads, --eval-workers, --jobs, --mini-batch-size and --steps must be >= 1")
+    return backbones, variants, seeds
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.claims", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    paper = sub.add_parser("paper", help="the CPU table: SimCSE vs MixCSE and its ablations, several seeds")
+    batch = sub.add_parser("batch", help="the table's recipe at larger batches, equal sentences")
+    steps = sub.add_parser("steps", help="GPU probe: the variants over any number of steps and seeds, STS only")
+    rep = sub.add_parser("report", help="docs/results.md and its figures from the results JSON, no training")
+    for p, presets, precision, results in ((paper, ",".join(PAPER_PRESETS), "bf16", report.RESULTS_JSON),
+                                           (batch, "mixcse", "fp32", BATCH_JSON)):
+        p.add_argument("--backbones", nargs="+", default=["minilm,standin"])
+        p.add_argument("--presets", nargs="+", default=[presets], help='presets, optionally with λ ("mixcse:0.5")')
+        p.add_argument("--seeds", nargs="+", default=["0,1,2"])
+        p.add_argument("--steps", type=int, default=None, help="training steps (default: the backbone's own)")
+        p.add_argument("--precision", choices=("bf16", "fp32"), default=precision,
+                       help="training and evaluation precision (fp32 on a CPU without native bf16)")
+        p.add_argument("--threads", type=int, default=THREADS, help="torch threads (2 on an idle 2-core machine)")
+        p.add_argument("--eval-workers", type=int, default=1, help="processes for the transfer probes")
+        p.add_argument("--results", type=Path, default=results)
+        p.add_argument("--dry-run", action="store_true", help="print the plan (done / to do) and exit")
+    paper.add_argument("--extras", action="store_true", help="also EXTRAS: λ 0.5/0.1/0.3, released, bound")
+    paper.add_argument("--mode", choices=("test", "fasttest"), default="test")
+    paper.add_argument("--no-baselines", action="store_true")
+    paper.add_argument("--no-transfer", action="store_true",
+                       help="evaluate new runs on STS + analysis only and keep their weights: a later sitting "
+                            "without the flag adds transfer without retraining")
+    batch.add_argument("--batch-sizes", nargs="+", default=["64,512,2048"])
+    batch.add_argument("--mini-batch-size", type=int, default=64, help="the cached step's chunk above batch 64")
+    batch.add_argument("--transfer", action="store_true", help="also the transfer tasks, both probes")
+    batch.add_argument("--reuse-from", type=Path, default=REUSE_FROM,
+                       help="a claims results file whose runs of the same key are copied instead of trained")
+    for name, kind, default in (("--model", str, None), ("--corpus", str, None), ("--data", str, None),
+                                ("--out", Path, None), ("--steps", int, 1000), ("--eval-steps", int, 125),
+                                ("--lr", float, 1e-5), ("--pooler", str, "avg"), ("--jobs", int, 1)):
+        steps.add_argument(name, type=kind, default=default, required=default is None)
+    steps.add_argument("--presets", nargs="+", default=["simcse", "mixcse"], help="the first is the reference")
+    steps.add_argument("--seeds", nargs="+", default=["0", "1"])
+    for p in (paper, rep):
+        p.add_argument("--docs", type=Path, default=report.DOCS, help="where results.md and the figures go")
+    rep.add_argument("--results", type=Path, default=report.RESULTS_JSON)
+    rep.add_argument("--no-figures", action="store_true")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    if args.command == "report":
+        report.report(args.results, args.docs, figures=not args.no_figures)
+        return 0
+    backbones, args.presets, args.seeds = lists(ap, args)
+    if args.command == "steps":
+        return steps_probe(args)
+    if args.command == "batch":
+        try:
+            sizes = [int(s) for s in split_values(args.batch_sizes)]
+        except ValueError:
+            ap.error("--batch-sizes takes whole numbers")
+        if bad := [n for n in sizes if n < 1 or n > max(args.mini_batch_size, TABLE_BATCH)
+                   and n % args.mini_batch_size]:
+            ap.error(f"--mini-batch-size {args.mini_batch_size} does not divide batch size {bad[0]}")
+        if not args.reuse_from.is_file():
+            ap.error(f"--reuse-from {args.reuse_from}: no such file")
+        if args.reuse_from.resolve() == args.results.resolve():
+            ap.error("--results and --reuse-from are the same file; batch-size runs stay out of the claims table")
+    import torch
+
+    COMMON["num_threads"] = args.threads
+    for cfg in BACKBONES.values():
+        cfg["precision"] = args.precision
+    torch.set_num_threads(args.threads)
+    if args.command == "batch":
+        return batch_study(args, backbones, args.presets, args.seeds, sizes)
+    return paper_table(args, backbones, args.presets, args.seeds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

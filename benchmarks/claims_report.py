@@ -1,76 +1,73 @@
-"""Report of the paper-claims benchmark: tables, claim verdicts and figures from paper_claims.json.
+"""Report of the claims benchmark: claim verdicts, tables and figures from its results JSON.
 
-    python benchmarks/claims_report.py                 # = python benchmarks/paper_claims.py --report-only
+    python -m benchmarks.claims report        # docs/results.md (between its markers) + docs/claims_*.png
+    python -m benchmarks.claims report --results benchmarks/results/paper_claims_fp32.json --docs docs/claims-fp32
 
-    report(results_json, docs, figures=True, quiet=False) -> the generated markdown, also written into
-                                       docs/results.md between its claims-report markers (write_results)
-    verdicts(data, backbone), extras_lines(data, backbone), probe_section(probe): the prose, from CLAIMS (data)
-
-Reads ``benchmarks/results/paper_claims.json`` (written by ``benchmarks/paper_claims.py``) and, when present, the GPU
-seed probes beside it (``PROBES``, written by ``benchmarks/steps_probe.py``); writes ``docs/claims_*.png`` and the
-generated part of ``docs/results.md`` (the hand-written summary above the markers is kept). Every cell is mean ±
+Reads ``benchmarks/results/paper_claims.json`` and, beside it, the GPU seed probes (PROBES). Every cell is mean ±
 sample std over seeds with n shown; comparisons are paired by seed (same seed = same data order and same initial
-dropout stream), so their spread is the std of the per-seed differences.
+dropout stream), so their spread is the std of the per-seed differences. This module owns the table's constants and
+only reads results; benchmarks/claims.py, which runs the experiments, imports it.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
-import sys
 from collections import Counter
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from benchmarks.claims import (
-    FIRST,
-    PAPER_PRESETS,
-    PRESET_LAM,
-    PYTORCH_FIELD,
-    RESULTS_JSON,
-    TABLE_BATCH,
-    load_results,
-    parse_variant,
-)
-from benchmarks.common import REPO
+from benchmarks.common import REPO, RESULTS
 from mixcse.losses import PRESETS
 from mixcse.training.config import TrainConfig
 from mixcse.utils.tables import STS_TASKS, TRANSFER_TASKS, markdown_table, number
 from mixcse.utils.tables import label as task_label
 
 DOCS = REPO / "docs"
-
+RESULTS_JSON = RESULTS / "paper_claims.json"
+REPORT_COMMAND = "python -m benchmarks.claims report"
+TABLE_BATCH = 64  # the table's batch; a run of another size is a batch-size run (`python -m benchmarks.claims batch`)
+PRESET_LAM = {name: objective.lam for name, objective in PRESETS.items()}  # None for SimCSE
+PAPER_PRESETS = ("simcse", "mixcse", "mixcse-single", "mixcse-wo-sg")  # the paper's table; the rest are extras
+FIRST = ("simcse", "mixcse")  # the pair the headline claims need
+ABLATION = PAPER_PRESETS[1:]  # claim 3: full > single > wo-sg
+PYTORCH_FIELD = "transfer_pytorch"  # SentEval's PyTorch probe; "transfer" is sklearn-converged
 PRESET_NAMES = {"simcse": "SimCSE", "mixcse": "MixCSE", "mixcse-single": "MixCSE single",
                 "mixcse-wo-sg": "MixCSE wo-sg", "mixcse-bound": "MixCSE bound (per-pair λ clip)",
                 "mixcse-released": "MixCSE released-code loss"}
 BACKBONE_NAMES = {"minilm": "A: all-MiniLM-L6-v2 (continued unsupervised training, mean pooling)",
                   "standin": "B: stand-in mini-wiki-mlm (paper recipe: [CLS]+MLP at train, [CLS] at test)"}
-# The MixCSE paper's BERT-base figures (citations, not measurements): mean and std over its runs. MixCSE, single and
+# The MixCSE paper's BERT-base figures (citations, not measurements): (mean, std over its runs). MixCSE, single and
 # wo-sg from its ablation table (STS avg / transfer avg); SimCSE's STS avg from its main table (SimCSE's own paper
 # reports 76.25). Per-task MixCSE STS: secondary source (docs/released-code.md §4), not checked against the PDF.
-PAPER = {"simcse": {"sts": 74.83}, "mixcse": {"sts": 77.66, "transfer": 86.33},
-         "mixcse-single": {"sts": 76.43, "transfer": 85.86}, "mixcse-wo-sg": {"sts": 75.74, "transfer": 84.55}}
-PAPER_STD = {"simcse": {"sts": 2.32}, "mixcse": {"sts": 0.61, "transfer": 0.26},
-             "mixcse-single": {"sts": 0.11, "transfer": 0.04}, "mixcse-wo-sg": {"sts": 0.87, "transfer": 0.27}}
+PAPER = {"simcse": {"sts": (74.83, 2.32)}, "mixcse": {"sts": (77.66, 0.61), "transfer": (86.33, 0.26)},
+         "mixcse-single": {"sts": (76.43, 0.11), "transfer": (85.86, 0.04)},
+         "mixcse-wo-sg": {"sts": (75.74, 0.87), "transfer": (84.55, 0.27)}}
+PAPER_MIXCSE_STS_TASKS = {"STS12": 71.71, "STS13": 83.14, "STS14": 75.49, "STS15": 83.64, "STS16": 79.00,
+                          "STSBenchmark": 78.48, "SICKRelatedness": 72.19, "avg": 77.66}
+
+
+def parse_variant(variant: str) -> tuple[str, float | None]:
+    """A preset name, optionally with λ ("mixcse:0.5"); None = the preset's own λ."""
+    preset, _, lam = variant.partition(":")
+    return preset, float(lam) if lam else None
+
+
+def load_results(path: Path = RESULTS_JSON) -> dict:
+    data = json.loads(path.read_text()) if path.exists() else {}
+    return {"runs": [], "baselines": [], **data}
 
 
 def paper_cell(preset: str, field: str) -> str:
-    """The paper's figure for ``preset`` as a table cell, "mean ± std" when the paper gives a std; "--" if none."""
+    """The paper's figure as a table cell, "mean ± std"; "--" if it has none."""
     value = PAPER.get(preset, {}).get(field)
-    if value is None:
-        return "--"
-    std = PAPER_STD.get(preset, {}).get(field)
-    return number(value) + (f" ± {number(std)}" if std is not None else "")
-PAPER_MIXCSE_STS_TASKS = {"STS12": 71.71, "STS13": 83.14, "STS14": 75.49, "STS15": 83.64, "STS16": 79.00,
-                          "STSBenchmark": 78.48, "SICKRelatedness": 72.19, "avg": 77.66}
-ABLATION = PAPER_PRESETS[1:]  # claim 3: full > single > wo-sg
+    return "--" if value is None else f"{number(value[0])} ± {number(value[1])}"
 
 
 def paper_gap(a: str, b: str) -> float:
-    return round(PAPER[a]["sts"] - PAPER[b]["sts"], 2)
+    return round(PAPER[a]["sts"][0] - PAPER[b]["sts"][0], 2)
 
 
 # ------------------------------------------------------------------------------------------------ statistics
@@ -118,13 +115,12 @@ def _direction(diffs: list[float], sign: int = 1) -> bool | None:
 
 
 def _verdict(direction: bool | None) -> str:
-    """A judged difference: **held**, **did not hold**, or within noise (_direction's None), which shows nothing."""
     return "**not shown** (within noise)" if direction is None else _held(direction)
 
 
 def _wins(diffs: list[float], positive_is_good: bool = True) -> str:
     """How many seeds agree, and a two-sided one-sample t-test of the per-seed differences against 0 (from 2 seeds
-    on; none when every difference is the same, a spread of 0)."""
+    on; none when every difference is the same)."""
     if not diffs:
         return ""
     k = sum(1 for d in diffs if (d > 0 if positive_is_good else d < 0))
@@ -181,12 +177,10 @@ def sts_avg(r):
 
 
 def transfer_avg(r):
-    """Transfer avg with the sklearn-converged probe (every record has it)."""
     return (r.get("transfer") or {}).get("avg")
 
 
 def pytorch_avg(r):
-    """Transfer avg with SentEval's PyTorch probe, the papers' protocol (claims.add_pytorch_probe; None before)."""
     return (r.get(PYTORCH_FIELD) or {}).get("avg")
 
 
@@ -197,8 +191,7 @@ PROBES_OF_TRANSFER = ((PYTORCH_FIELD, "SentEval PyTorch probe", pytorch_avg),
 
 def transfer_probes(data: dict) -> tuple:
     """The PROBES_OF_TRANSFER some record of ``data`` has (tables show no column that is empty throughout)."""
-    records = data["runs"] + data["baselines"]
-    return tuple(p for p in PROBES_OF_TRANSFER if any(r.get(p[0]) for r in records))
+    return tuple(p for p in PROBES_OF_TRANSFER if any(r.get(p[0]) for r in data["runs"] + data["baselines"]))
 
 
 def analysis_of(key: str) -> Callable[[dict], float | None]:
@@ -215,7 +208,6 @@ def curve_mean(r: dict, key: str, second_half: bool = True) -> float | None:
 
 
 def curve_end(r: dict, key: str, index: int) -> float | None:
-    """The first (index 0) or last (-1) logged value of a training curve."""
     xs = [v for v in ((r.get("curves") or {}).get(key) or []) if v is not None]
     return xs[index] if xs else None
 
@@ -223,10 +215,9 @@ def curve_end(r: dict, key: str, index: int) -> float | None:
 # -------------------------------------------------------------------------------------------- claims as data
 @dataclass(frozen=True)
 class Paired:
-    """A claim's check: ``metric`` of variant a minus b's, per seed; held when the mean difference has ``sign``
-    beyond two standard errors of 0, not shown within them (_direction). ``means``: unit after each side's mean
-    (None: not shown); ``wins``: seeds agreeing + t-test; ``judged``: give a verdict; ``relative``: the difference
-    as a share of b's mean; ``paper``: the paper's difference."""
+    """A check: ``metric`` of variant a minus b's, per seed; held when the mean difference has ``sign`` beyond two
+    standard errors of 0 (_direction). ``means``: unit after each side's mean (None: not shown); ``wins``: seeds
+    agreeing + t-test; ``judged``: give a verdict; ``relative``: as a share of b's mean; ``paper``: the paper's."""
 
     label: str
     metric: Callable[[dict], float | None]
@@ -258,8 +249,7 @@ def compare(check: Paired, a: dict[int, dict], b: dict[int, dict], names: tuple[
 
 
 class Claim(NamedTuple):
-    """A claim of the paper: variant a against variant b (presets) by ``checks``; ``na``: the whole line when a
-    judged check has no data (None: each check says n/a itself)."""
+    """A claim: variant a against b by ``checks``; ``na``: the whole line when a judged check has no data."""
 
     title: str
     a: str
@@ -312,10 +302,9 @@ def variance_claim(mix: dict, sim: dict) -> str:
 
 
 def ablation_order(runs: dict[str, dict[int, dict]], metric) -> str | None:
-    """The order full > single > wo-sg on ``metric``, judged on the paired differences where seeds overlap
-    (_direction: a step within noise is not shown), else on the means: "**held**: a / b / c (n = ...); full − single
-    ...; single − wo-sg ... | full > single: ...", or None while a variant has no value. The order holds when both
-    steps hold, fails when either goes the other way beyond noise, and is not shown otherwise."""
+    """The order full > single > wo-sg on ``metric``, each step judged on the paired differences where seeds
+    overlap (else on the means): "verdict: means (n); steps | per-step verdicts", None while a variant has no
+    value. The order holds when both steps hold, fails when either goes the other way beyond noise."""
     full, single, wosg = ABLATION
     means = {p: mean_std([metric(r) for r in runs[p].values()]) for p in ABLATION}
     if any(m[0] is None for m in means.values()):
@@ -340,7 +329,7 @@ def ablation_claim(runs: dict[str, dict[int, dict]]) -> str:
     sts = ablation_order(runs, sts_avg)
     if sts is None:
         return "3. *full > single > wo-sg.* n/a (single / wo-sg runs not recorded yet)"
-    paper = " / ".join(f"{PAPER[p]['sts']:.2f}" for p in ABLATION)
+    paper = " / ".join(f"{PAPER[p]['sts'][0]:.2f}" for p in ABLATION)
     head, tail = sts.split(" | ")
     text = (f"3. *full > single > wo-sg on STS avg (paper {paper}).* {head} (paper {paper_gap(full, single):+.2f}, "
             f"{paper_gap(single, wosg):+.2f}). {tail}")
@@ -359,11 +348,9 @@ def signal_claim(mix: dict, sim: dict) -> str:
     mix_cos = [curve_mean(r, "mix_cos") for r in mix.values()]
     neg_mix = [curve_mean(r, "neg_cos") for r in mix.values()]
     gap = [a - b for a, b in zip(mix_cos, neg_mix) if a is not None and b is not None]
-    ratio = []
-    for seed in sorted(set(mix) & set(sim)):
-        a, b = curve_mean(mix[seed], "anchor_grad_norm"), curve_mean(sim[seed], "anchor_grad_norm")
-        if a is not None and b:
-            ratio.append(a / b)
+    grads = [(curve_mean(mix[s], "anchor_grad_norm"), curve_mean(sim[s], "anchor_grad_norm"))
+             for s in sorted(set(mix) & set(sim))]
+    ratio = [a / b for a, b in grads if a is not None and b]
     first, last = ([curve_end(r, "neg_cos", i) for r in sim.values()] for i in (0, -1))
     loss_mix, loss_sim = ([curve_mean(r, "loss") for r in g.values()] for g in (mix, sim))
     return (f"4. *Mixed negatives keep a hard-negative signal and a non-vanishing gradient.* Signal: "
@@ -389,8 +376,7 @@ def verdicts(data: dict, backbone: str) -> list[str]:
 
 
 def extras_lines(data: dict, backbone: str) -> list[str]:
-    """Beyond the paper: every other λ and the bound / released-code presets against MixCSE at λ = 0.2, paired by
-    seed (same data order), on STS avg and transfer avg."""
+    """Every other λ and the bound / released-code presets against MixCSE at λ = 0.2, paired by seed."""
     sm = main_steps(data["runs"], backbone)
     if sm is None:
         return []
@@ -416,18 +402,18 @@ def _baselines(data: dict, backbone: str) -> list[dict]:
 
 
 def task_table(data: dict, backbone: str, section: str) -> list[str]:
-    tasks = STS_TASKS if section == "sts" else TRANSFER_TASKS
-    header = ["Model", "steps", "n"] + [task_label(t) for t in tasks] + ["Avg."]
-    rows = [[f"*{b['label']}* (baseline)", "--", "1"] + [number(b[section].get(t)) for t in tasks + ("avg",)]
+    tasks = (STS_TASKS if section == "sts" else TRANSFER_TASKS) + ("avg",)
+    header = ["Model", "steps", "n"] + [task_label(t) for t in tasks[:-1]] + ["Avg."]
+    rows = [[f"*{b['label']}* (baseline)", "--", "1"] + [number(b[section].get(t)) for t in tasks]
             for b in sorted(_baselines(data, backbone), key=lambda b: b["backbone"] == "glove") if b.get(section)]
     for (preset, lam, steps, mode), runs in groups(data["runs"], backbone).items():
         runs = [r for r in runs if r.get(section)]  # runs recorded without transfer have no transfer row
         if runs:
             rows.append([variant_label(preset, lam, mode), str(steps), str(len(runs))]
-                        + [cell([r[section].get(t) for r in runs], show_n=False) for t in tasks + ("avg",)])
+                        + [cell([r[section].get(t) for r in runs], show_n=False) for t in tasks])
     if section == "sts":
         rows.append(["*MixCSE BERT-base, paper (secondary source)*", "--", "--"]
-                    + [number(PAPER_MIXCSE_STS_TASKS[t]) for t in tasks + ("avg",)])
+                    + [number(PAPER_MIXCSE_STS_TASKS[t]) for t in tasks])
     return markdown_table(header, rows)
 
 
@@ -449,16 +435,16 @@ def ablation_table(data: dict, backbone: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------- GPU seed probes
-# benchmarks/steps_probe.py on a GPU: STS only, many seeds (file, title); shown when the file exists.
+# `python -m benchmarks.claims steps` on a GPU: STS only, many seeds (file, title); shown when the file exists.
 PROBES = (("seeds_probe_gpu.json", "A: all-MiniLM-L6-v2, the table's recipe, 10 seeds"),
           ("lambda_probe_gpu.json", "A: λ, the per-pair bound and the released code's loss, 10 seeds"),
           ("seeds_probe_standin_gpu.json", "B: stand-in, the table's recipe, 10 seeds"),
           ("steps_probe_gpu.json", "A: 1,000 steps (STS-B dev every 125), 2 seeds"))
 PROBES_HEADING = "## More seeds on a GPU (STS only)"
-PROBES_INTRO = ("`benchmarks/steps_probe.py` on an NVIDIA H200 (bf16 autocast, 10-12 runs at once): the CPU table's "
-                "recipes over more seeds, STS tasks only (no transfer probes), checkpoint selected on STS-B dev. A "
-                "separate experiment from the CPU table (other hardware, a 100k-sentence slice of the corpus, fp16 "
-                "copy of MiniLM's weights): compare rows within a table, not across.")
+PROBES_INTRO = ("`python -m benchmarks.claims steps` on an NVIDIA H200 (bf16 autocast, 10-12 runs at once): the CPU "
+                "table's recipes over more seeds, STS tasks only (no transfer probes), checkpoint selected on STS-B "
+                "dev. A separate experiment from the CPU table (other hardware, a 100k-sentence slice of the corpus, "
+                "fp16 copy of MiniLM's weights): compare rows within a table, not across.")
 
 
 def _probe_label(variant: str) -> str:
@@ -466,12 +452,20 @@ def _probe_label(variant: str) -> str:
     return variant_label(preset, PRESET_LAM.get(preset) if lam is None else lam)
 
 
-def probe_section(probe: dict) -> list[str]:
-    """A steps_probe.py result: the STS table (mean ± std over seeds), then each variant minus the first one and,
-    when all three are there, the ablation chain MixCSE > single > wo-sg, paired by seed; Levene's test compares the
-    spread across seeds with the first variant's (claim 2)."""
+def _spread(a: dict[int, dict], b: dict[int, dict]) -> str:
+    """Levene's test of the spread of STS avg across the seeds both have (claim 2)."""
     from scipy import stats
 
+    seeds = sorted(set(a) & set(b))
+    xa, xb = [sts_avg(a[s]) for s in seeds], [sts_avg(b[s]) for s in seeds]
+    sa, sb = statistics.stdev(xa), statistics.stdev(xb)  # two spreads of 0 have no Levene test
+    return f"; spread {sa:.2f} vs {sb:.2f}, Levene p = " + (f"{stats.levene(xa, xb).pvalue:.2g}" if sa or sb
+                                                            else "n/a")
+
+
+def probe_section(probe: dict) -> list[str]:
+    """A steps-probe result: the STS table (mean ± std over seeds), then each variant minus the first one and, when
+    all three are there, the ablation chain MixCSE > single > wo-sg, paired by seed."""
     runs = probe.get("runs") or []
     variants = list(dict.fromkeys(r["preset"] for r in runs))
     if not variants:
@@ -488,19 +482,14 @@ def probe_section(probe: dict) -> list[str]:
     if len(chain) == 3:
         pairs += [(chain[0], chain[1]), (chain[1], chain[2])]
     for a, b in dict.fromkeys(pairs):
-        names, spread = (_probe_label(a), _probe_label(b)), ""
-        seeds = sorted(set(by[a]) & set(by[b]))
-        if b == ref and len(paired(by[a], by[b], sts_avg)) > 2:
-            xa, xb = [sts_avg(by[a][s]) for s in seeds], [sts_avg(by[b][s]) for s in seeds]
-            sa, sb = statistics.stdev(xa), statistics.stdev(xb)  # two spreads of 0 have no Levene test
-            spread = f"; spread {sa:.2f} vs {sb:.2f}, Levene p = " + (f"{stats.levene(xa, xb).pvalue:.2g}"
-                                                                        if sa or sb else "n/a")
+        names = (_probe_label(a), _probe_label(b))
+        spread = _spread(by[a], by[b]) if b == ref and len(paired(by[a], by[b], sts_avg)) > 2 else ""
         lines.append(f"- {names[0]} − {names[1]}: {compare(STS_DIFF, by[a], by[b], names)}{spread}")
     return lines
 
 
 def probe_sections(results_dir: Path) -> list[tuple[str, list[str]]]:
-    """(title, lines) for each probe file present; each renderer sets the title as its own heading."""
+    """(title, lines) for each probe file present."""
     out = []
     for name, title in PROBES:
         path = results_dir / name
@@ -508,16 +497,15 @@ def probe_sections(results_dir: Path) -> list[tuple[str, list[str]]]:
             continue
         probe = json.loads(path.read_text())
         st = probe.get("settings") or {}
-        out.append((title, [f"`{path.relative_to(REPO) if path.is_relative_to(REPO) else path}`: "
-                            f"{st.get('steps')} steps, lr {st.get('lr')}, pooler {st.get('pooler')}, STS-B dev every "
-                            f"{st.get('eval_steps')} steps" + (f"; {probe['wall_seconds']:.0f} s wall for "
-                            f"{len(probe['runs'])} runs" if probe.get("wall_seconds") else ""), ""]
+        wall = probe.get("wall_seconds") and f"; {probe['wall_seconds']:.0f} s wall for {len(probe['runs'])} runs"
+        out.append((title, [f"`{_shown(path)}`: {st.get('steps')} steps, lr {st.get('lr')}, pooler "
+                            f"{st.get('pooler')}, STS-B dev every {st.get('eval_steps')} steps{wall or ''}", ""]
                     + probe_section(probe)))
     return out
 
 
 # ---------------------------------------------------------------------------------------------------- figures
-def _backbones_with(data: dict, presets=("simcse", "mixcse")) -> list[str]:
+def _backbones_with(data: dict, presets=FIRST) -> list[str]:
     have = {r["backbone"] for r in data["runs"] if r["preset"] in presets}
     return [b for b in ("minilm", "standin") if b in have] + sorted(have - {"minilm", "standin"})
 
@@ -624,11 +612,10 @@ def fig_align_uniform(data: dict, path: Path) -> Path | None:
 
 
 def make_figures(data: dict, docs: Path = DOCS) -> list[Path]:
-    docs.mkdir(parents=True, exist_ok=True)
     made = [
         fig_cosines(data, docs / "claims_cosines.png"),
         fig_curve(data, docs / "claims_gradnorm.png", "anchor_grad_norm", "mean anchor-gradient norm (log)",
-                  ("simcse", "mixcse"), log=True, title="gradient reaching the anchor embeddings"),
+                  FIRST, log=True, title="gradient reaching the anchor embeddings"),
         fig_curve(data, docs / "claims_max_angle.png", "max_angle", "max angle between STS-B dev sentences (°)",
                   PAPER_PRESETS, step_key="eval_step", title="spread of STS-B dev embeddings"),
         fig_align_uniform(data, docs / "claims_align_uniform.png"),
@@ -637,6 +624,12 @@ def make_figures(data: dict, docs: Path = DOCS) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------------------------------- report
+def _shown(path: Path) -> Path:
+    """``path`` relative to the repository when it is inside it."""
+    path = path.resolve()
+    return path.relative_to(REPO) if path.is_relative_to(REPO) else path
+
+
 def _load(r: dict):
     if r.get("load_1min_at_start") is not None:
         return r["load_1min_at_start"]
@@ -645,22 +638,12 @@ def _load(r: dict):
 
 
 def _timing_lines(data: dict) -> list[str]:
-    lines = []
-    for bb in sorted({r["backbone"] for r in data["runs"]}):
-        rs = [r for r in data["runs"] if r["backbone"] == bb]
-        lines.append(f"- {bb}: {len(rs)} runs; training steps {cell([r.get('train_seconds') for r in rs], 0)} s, "
-                     f"training incl. dev evaluations {cell([r.get('train_wall_seconds') for r in rs], 0)} s, "
-                     f"final evaluation {cell([r.get('eval_seconds') for r in rs], 0)} s per run; "
-                     f"1-min load average {cell([_load(r) for r in rs], 1, show_n=False)}")
-        probed = [r["pytorch_probe"] for r in rs if "train_wall_seconds" in (r.get("pytorch_probe") or {})]
-        if probed:
-            lines.append(f"- {bb}, SentEval PyTorch probe added to {len(probed)} runs (each retrained from its "
-                         f"config): training incl. dev evaluations "
-                         f"{cell([m.get('train_wall_seconds') for m in probed], 0)} s, transfer evaluation "
-                         f"{cell([m.get('eval_seconds') for m in probed], 0)} s per run; retrained model identical "
-                         f"to the recorded one (same STS-B dev at its best step) in "
-                         f"{sum(bool(m.get('same_model')) for m in probed)}/{len(probed)}")
-    return lines
+    return [f"- {bb}: {len(rs)} runs; training steps {cell([r.get('train_seconds') for r in rs], 0)} s, "
+            f"training incl. dev evaluations {cell([r.get('train_wall_seconds') for r in rs], 0)} s, "
+            f"final evaluation {cell([r.get('eval_seconds') for r in rs], 0)} s per run; "
+            f"1-min load average {cell([_load(r) for r in rs], 1, show_n=False)}"
+            for bb in sorted({r["backbone"] for r in data["runs"]})
+            for rs in [[r for r in data["runs"] if r["backbone"] == bb]]]
 
 
 def _probes_used(data: dict) -> str:
@@ -683,19 +666,16 @@ def _sections(heading: str, parts: dict[str, list[str]], *intro: str) -> list[st
 
 
 def config_keys(settings: dict) -> dict:
-    """A record's backbone settings as today's config keys: its `steps` is `max_steps`; a key mixcse no longer has
-    (`eval_at_start`, now the rule that the start model is always a candidate) is left out."""
+    """A record's backbone settings as config keys (its `steps` is `max_steps`); keys TrainConfig lacks are left
+    out."""
     known = {f.name for f in fields(TrainConfig)}
     renamed = {("max_steps" if k == "steps" else k): v for k, v in settings.items()}
     return {k: v for k, v in renamed.items() if k in known}
 
 
-def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] = (),
-           source: Path = RESULTS_JSON) -> str:
-    name = source.relative_to(REPO) if source.resolve().is_relative_to(REPO) else source
-    out = ["## The full record", "",
-           f"Generated by `python benchmarks/paper_claims.py --report-only` from `{name}`"
-           + (" and the GPU probe files beside it" if probes else "") + "; do not edit by hand.", "",
+def _protocol(data: dict, source: str, command: str, probes: bool) -> list[str]:
+    out = [f"Generated by `{command}` from `{source}`" + (" and the GPU probe files beside it" if probes else "")
+           + "; do not edit by hand.", "",
            "Protocol: each (backbone, variant, seed) trains once; the checkpoint is selected on STS-B dev only "
            "(Spearman, evaluated every `eval_steps` and at the end; among the training checkpoints: the start model "
            "is excluded here, as in the papers, while `mixcse train` also weighs it), then that model is evaluated "
@@ -710,11 +690,15 @@ def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] 
                 "model evaluated in fp32, to show the difference on every task. Checkpoint selection on STS-B dev is "
                 "always fp32.", ""]
     settings = (data.get("settings") or {}).get("backbones") or {}
-    if settings:
-        ran = {r["backbone"] for r in data["runs"]}
-        out += ["Settings (config keys):", ""] + [f"- **{bb}**: " + ", ".join(f"{k} {v}" for k, v in
-                                                                          config_keys(cfg).items())
-                                                  for bb, cfg in settings.items() if bb in ran] + [""]
+    ran = {r["backbone"] for r in data["runs"]}
+    lines = [f"- **{bb}**: " + ", ".join(f"{k} {v}" for k, v in config_keys(cfg).items())
+             for bb, cfg in settings.items() if bb in ran]
+    return out + (["Settings (config keys):", ""] + lines + [""] if settings else [])
+
+
+def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] = (), source: Path = RESULTS_JSON,
+           command: str = REPORT_COMMAND) -> str:
+    out = ["## The full record", ""] + _protocol(data, _shown(source), command, bool(probes))
     backbones = [b for b in ("minilm", "standin") if any(x.get("backbone") == b
                                                          for x in data["runs"] + data["baselines"])]
     out += _sections("## Claim-by-claim verdicts", {bb: verdicts(data, bb) for bb in backbones})
@@ -757,27 +741,28 @@ def write_results(path: Path, generated: str) -> None:
         path.write_text(new, encoding="utf-8")
 
 
-def report(path: Path = RESULTS_JSON, docs: Path = DOCS, figures: bool = True, quiet: bool = False) -> str:
+def table_data(path: Path) -> dict:
+    """The records of the results file ``path`` that the table shows: batch 64 (another size is the batch-size
+    study's)."""
     data = load_results(path)
-    # the table is batch 64; runs of another batch size (benchmarks/batch_size.py) are compared there, not here
     data["runs"] = [r for r in data["runs"] if r.get("batch_size", TABLE_BATCH) == TABLE_BATCH]
-    # the GPU probes belong to the main table; another results file (e.g. --precision fp32) is rendered alone
-    probes = probe_sections(path.parent) if path.name == RESULTS_JSON.name else []
-    text = render(data, make_figures(data, docs) if figures else [], probes, source=path.resolve())
+    return data
+
+
+def generated(data: dict, path: Path, docs: Path, figures: list[Path]) -> str:
+    """The generated block of ``docs``/results.md for the results file ``path``; only the main table gets the GPU
+    probes beside it."""
+    main = path.resolve() == RESULTS_JSON.resolve()
+    command = REPORT_COMMAND + ("" if main and docs.resolve() == DOCS.resolve()
+                                else f" --results {_shown(path)} --docs {_shown(docs)}")
+    return render(data, figures, probe_sections(path.parent) if main else [], path, command)
+
+
+def report(path: Path = RESULTS_JSON, docs: Path = DOCS, figures: bool = True, quiet: bool = False) -> str:
+    data = table_data(path)
+    docs.mkdir(parents=True, exist_ok=True)
+    text = generated(data, path, docs, make_figures(data, docs) if figures else [])
     write_results(docs / "results.md", text)
     if not quiet:
         print(text)
     return text
-
-
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", type=Path, default=RESULTS_JSON)
-    ap.add_argument("--docs", type=Path, default=DOCS)
-    ap.add_argument("--no-figures", action="store_true")
-    args = ap.parse_args(argv)
-    report(args.results, args.docs, figures=not args.no_figures)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
