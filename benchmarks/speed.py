@@ -622,13 +622,13 @@ def run_peer(sentences: list[str], steps: int, threads: int, workdir: Path, seed
         eval_strategy="no", report_to="none", use_cpu=True, bf16=False, fp16=False, disable_tqdm=True,
         dataloader_drop_last=True, seed=seed)
     clock = Clock()
-    trainer = SentenceTransformerTrainer(model=model, args=args, callbacks=[clock],
-                                         train_dataset=Dataset.from_dict({"anchor": sentences, "positive": sentences}),
-                                         loss=MultipleNegativesRankingLoss(model, scale=20.0))
-    trainer.train()
+    peer = SentenceTransformerTrainer(model=model, args=args, callbacks=[clock],
+                                      train_dataset=Dataset.from_dict({"anchor": sentences, "positive": sentences}),
+                                      loss=MultipleNegativesRankingLoss(model, scale=20.0))
+    peer.train()
     t2 = time.perf_counter()
-    assert trainer.state.global_step == steps, trainer.state.global_step
-    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    assert peer.state.global_step == steps, peer.state.global_step
+    optimizer = getattr(peer.optimizer, "optimizer", peer.optimizer)
     info = {"optimizer": type(optimizer).__name__, "optim": str(args.optim),
             "attn_implementation": model[0].model.config._attn_implementation, "threads_after": torch.get_num_threads()}
     return {"load_s": t1 - t0, "run_s": t2 - t1, "loop_s": clock.last - clock.begin, "setup_s": clock.begin - t1,
@@ -721,7 +721,8 @@ paper epoch = 15,625 steps of 64."""
         config = BertConfig()
         batches, seq, timing = args.batches or [64, 512], 32, {"blocks": 4, "per_block": 10, "warmup": 5}
     t0 = time.perf_counter()
-    encoder = gpu_encoder(config, device)
+    torch.manual_seed(0)
+    encoder = Encoder(transformers.BertModel(config, add_pooling_layer=False), "cls").to(device).train()
     p_all, p_mm = sum(p.numel() for p in encoder.parameters()), matmul_params(encoder)
     results = []
     for batch in batches:
@@ -741,16 +742,6 @@ paper epoch = 15,625 steps of 64."""
         "config": {"layers": config.num_hidden_layers, "hidden": config.hidden_size,
                    "heads": config.num_attention_heads, "seq_len": seq},
         "results": results, "projection": projection, "wall_s": time.perf_counter() - t0})
-
-
-def gpu_encoder(config, device):
-    from transformers import BertModel
-
-
-    torch.manual_seed(0)
-    encoder = Encoder(BertModel(config, add_pooling_layer=False), "cls").to(device)
-    encoder.train()
-    return encoder
 
 
 def matmul_params(encoder) -> int:
@@ -1075,7 +1066,6 @@ def corpus_run(train_file: Path, corpus: str, workdir: Path) -> dict:
 def corpus_child(train_file: str, corpus: str, workdir: str) -> None:
     """One measured run in this process; prints one JSON line."""
 
-
     values = {"model": str(STAND_IN), "train_file": train_file, "batch_size": 64, "max_steps": 20,
               "select_on": "none", "log_steps": 10, "corpus": corpus, "corpus_cache_dir": f"{workdir}/cache",
               "num_threads": 2}
@@ -1177,7 +1167,6 @@ def onnx_speed(encoders: dict, sentences: list[str], rounds: int) -> dict:
 
 def onnx_quality(encoders: dict, sentences: list[str]) -> dict:
     from sklearn.metrics import average_precision_score
-
 
     with open(SHARED / "data/domain/medical-questions/pairs/test.tsv", newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
