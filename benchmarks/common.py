@@ -209,13 +209,22 @@ def json_safe(value):
     return value
 
 
+def command_line() -> str:
+    """This process's command as typed: ``python -m benchmarks.NAME ...`` for a module of this package."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).suffix == ".py" and Path(argv[0]).resolve().parent == REPO / "benchmarks":
+        argv[:1] = ["-m", f"benchmarks.{Path(argv[0]).stem}"]
+    return " ".join([Path(sys.executable).name] + argv)
+
+
 def write_result(name: str, payload: dict) -> Path:
+    """``payload`` with the benchmark's name, command, date and machine, as ``RESULTS/name.json``."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    record = {"benchmark": name, "command": " ".join([Path(sys.executable).name] + sys.argv),
-              "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine_info(), **payload}
+    record = {"benchmark": name, "command": command_line(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "machine": machine_info(), **payload}
     path.write_text(json.dumps(record, indent=2, default=float) + "\n")
-    print(f"wrote {path.relative_to(REPO)}")
+    print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
     return path
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The checks to run whenever a CUDA machine is at hand (one command, about 5 minutes on an H200; no downloads):
-#   1. benchmarks/gpu_step.py --compile: BERT-base-size SimCSE / MixCSE steps/s, TFLOP/s, projected paper epoch,
+#   1. python -m benchmarks.speed gpu --compile: BERT-base-size SimCSE / MixCSE steps/s, TFLOP/s, projected paper epoch,
 #      eager and compiled (torch.compile + CUDA graphs) side by side;
 #   2. end to end on CUDA: the CPU recipe (stand-in backbone, [CLS]+MLP, precision auto = bf16 on the GPU) for
 #      MixCSE and SimCSE, 1,500 steps (one pass over 96k sentences), STS-B dev every 125 steps;
@@ -16,8 +16,8 @@ PY=${PYTHON:-python3}
 nvidia-smi -L
 $PY -c "import torch, transformers; print('torch', torch.__version__, '| transformers', transformers.__version__, '|', torch.cuda.get_device_name(0))"
 
-echo "== 1. gpu_step.py --compile"
-timeout 300 $PY benchmarks/gpu_step.py --compile && cp benchmarks/results/gpu_step_compile.json "$OUT/"
+echo "== 1. speed gpu --compile"
+timeout 300 $PY -m benchmarks.speed gpu --compile && cp benchmarks/results/gpu_step_compile.json "$OUT/"
 
 train() {  # name, extra key=value overrides...
     local name=$1; shift

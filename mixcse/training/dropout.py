@@ -2,7 +2,7 @@
 
 Dropout is what makes SimCSE's two views, so every training step draws a keep/drop decision for every hidden
 activation of both views. On CPU, torch draws them with ``bernoulli_`` at ~8 ns per element; in a profile of the
-stand-in's training step that was 30% of the step (benchmarks/profile_step.py). ``FastDropout`` draws the same
+stand-in's training step that was 30% of the step (python -m benchmarks.speed profile). ``FastDropout`` draws the same
 decisions from 16-bit uniform integers made by numpy's PCG64 generator (~2 ns per element) and is otherwise
 ``nn.Dropout``: in training it zeroes each element independently with probability p and scales the rest by
 1/(1-p); in eval mode it is the identity.
