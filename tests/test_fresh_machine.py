@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import skip_is_a_missing_module
 
 REPO = Path(__file__).resolve().parents[1]
