@@ -1,4 +1,4 @@
-"""benchmarks/domain.py on tiny models and tiny data: run keys, the results JSON as the run cache (a recorded run is
+"""benchmarks.domain on tiny models and tiny data: run keys, the results JSON as the run cache (a recorded run is
 never trained again), resuming a run cut off mid-training, test scores over checkpoints, the summaries' pairings,
 and each subcommand end to end."""
 
@@ -48,11 +48,11 @@ def test_keys_name_only_the_settings_that_differ_from_the_defaults():
     assert "lam" not in domain.Run("minilm", "mixcse", 0, "sentence").train_config()
     assert domain.text_of(asdict(run)) == ("sentence, lr 3e-06, λ 0.5, length 128, batch 128, "
                                            "selection sub-corpus +1000")
-    # A record written before a setting existed takes its default; ``select_docs: null`` is the library's (1,000).
+    # A setting a record lacks, or holds as null, takes its default.
     old = {"backbone": "minilm", "preset": "simcse", "seed": 2, "segment": "sentence", "temperature": 0.05,
-           "steps": 200, "batch_size": 64, "eval_steps": 100, "positives": None, "select_docs": None}
-    assert domain.run_of(old).key == "minilm-simcse-sentence-t0.05-s200-b64-every100-docs1000-seed2"
-    assert domain.text_of(old).endswith("selection sub-corpus +1000")
+           "steps": 200, "batch_size": 64, "eval_steps": 100, "positives": None, "select_docs": 500}
+    assert domain.run_of(old).key == "minilm-simcse-sentence-t0.05-s200-b64-every100-seed2"
+    assert domain.text_of(old) == "sentence"
     assert domain.similarity_key("mixcse", {**domain.DEFAULTS, "learning_rate": 3e-5}, 2) == (
         "mixcse|learning_rate=3e-05|seed2")
 
@@ -72,16 +72,17 @@ def test_retrieval_end_to_end_writes_json_and_table_and_never_trains_a_recorded_
     run_dir = tmp_path / "cache" / domain.run_of(record).key
     assert (run_dir / "best").is_dir() and not (run_dir / "checkpoint").exists()  # best/ kept, not the optimiser
     assert not (run_dir / "candidates").exists()  # scored, then removed
-    table = (docs / "domain_adaptation_results.md").read_text()
+    page = docs / "domain_adaptation_results.md"
+    table = page.read_text()
     assert "| tiny | sentence, length 16, batch 16, selection sub-corpus +5 |" in table
     assert (docs / "domain_adaptation.png").exists()
 
     monkeypatch.setattr(domain, "retrieval_run", lambda *a: pytest.fail("a recorded run was trained again"))
     assert domain.main(base + TINY_RUN + ["--seeds", "0"]) == 0
     assert json.loads(results.read_text())["runs"] == [record]
-    (docs / "domain_adaptation_results.md").unlink()
+    page.write_text("# hand-written head\n\n" + table.replace("| tiny |", "| stale |") + "\n\nhand-written tail\n")
     assert domain.main(["retrieval", "--report-only", "--results", str(results), "--docs", str(docs)]) == 0
-    assert (docs / "domain_adaptation_results.md").read_text() == table
+    assert page.read_text() == "# hand-written head\n\n" + table + "\n\nhand-written tail\n"  # only the block is new
 
 
 def test_test_curve_scores_every_evaluated_checkpoint_and_its_last_point_is_the_last_steps_model(
