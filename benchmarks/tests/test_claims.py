@@ -25,13 +25,13 @@ def recipe(monkeypatch, tmp_path):
 
 def record(spec, transfer: bool) -> dict:
     return {"backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
-            "steps": spec.steps, "mode": spec.mode, "eval_precision": spec.eval_precision,
+            "steps": spec.steps, "mode": "test", "eval_precision": spec.eval_precision,
             "sts": {"avg": 80.0}, "transfer": {"MR": 75.0, "avg": 83.0} if transfer else None}
 
 
 def test_plan_pairs_presets_by_seed_and_puts_extras_where_they_bind():
     jobs = claims.plan(["standin", "minilm"], ["simcse", "mixcse", "mixcse-single"], [0, 1], True,
-                       None, "test", "bf16", transfer=False)
+                       None, "bf16", transfer=False)
     assert jobs[:6] == [("baseline", "minilm-raw")] + jobs[1:5] + [("baseline", "glove")]
     assert [(r.backbone, r.preset, r.seed) for _, r in jobs[1:5]] == [
         ("minilm", "simcse", 0), ("minilm", "mixcse", 0), ("minilm", "simcse", 1), ("minilm", "mixcse", 1)]
@@ -45,16 +45,16 @@ def test_plan_pairs_presets_by_seed_and_puts_extras_where_they_bind():
 
 
 def test_a_run_recorded_without_transfer_is_still_to_do_for_a_job_that_wants_it():
-    full = claims.make_spec("minilm", "mixcse:0.5", 0, None, "test", "bf16")
-    sts_only = claims.make_spec("minilm", "mixcse:0.5", 0, None, "test", "bf16", transfer=False)
+    full = claims.make_spec("minilm", "mixcse:0.5", 0, None, "bf16")
+    sts_only = claims.make_spec("minilm", "mixcse:0.5", 0, None, "bf16", transfer=False)
     assert full.key == sts_only.key and full.name == sts_only.name  # same run directory: weights are reused
     data = {"runs": [record(full, transfer=False)],
             "baselines": [{"name": "glove", "mode": "test", "eval_precision": "bf16"}]}
     jobs = [("run", full), ("baseline", "glove"), ("baseline", "minilm-raw")]
-    assert claims.pending_jobs(jobs, data, "test", "bf16") == [("run", full), ("baseline", "minilm-raw")]
-    assert claims.pending_jobs([("run", sts_only)], data, "test", "bf16") == []
+    assert claims.pending_jobs(jobs, data, "bf16") == [("run", full), ("baseline", "minilm-raw")]
+    assert claims.pending_jobs([("run", sts_only)], data, "bf16") == []
     data["runs"] = [record(full, transfer=True)]
-    assert claims.pending_jobs([("run", full)], data, "test", "bf16") == []
+    assert claims.pending_jobs([("run", full)], data, "bf16") == []
     res = {"sts": {"STS12": {"spearman": 70.0}, "avg": 70.0},
            "analysis": {"alignment": 0.3, "uniformity": -2.0, "max_angle": 100.0, "mean_angle": 60.0,
                         "mean_cosine": 0.4},
@@ -74,10 +74,10 @@ def test_the_table_and_the_gpu_probe_build_configs_from_one_variant_syntax(tmp_p
     default = build_config(claims.train_config(base, "mixcse", 3, str(tmp_path)))
     assert half.objective().lam == 0.5 and default.objective().lam == 0.2 and half.seed == default.seed == 3
     assert build_config(claims.train_config(base, "simcse", 0, str(tmp_path))).objective().lam is None
-    table = claims.make_spec("minilm", "mixcse:0.3", 1, None, "test", "bf16").config()
+    table = claims.make_spec("minilm", "mixcse:0.3", 1, None, "bf16").config()
     assert table["lam"] == 0.3 and table["loss"] == "mixcse" and table["seed"] == 1 and table["max_steps"] == 200
     assert table["save_candidates"] is True  # training_best needs every scored checkpoint
-    assert "lam" not in claims.make_spec("minilm", "mixcse", 1, None, "test", "bf16").config()  # the preset's own
+    assert "lam" not in claims.make_spec("minilm", "mixcse", 1, None, "bf16").config()  # the preset's own
     assert claims.split_values(["0,1", "2"]) == ["0", "1", "2"] == claims.split_values("0,1,2")
 
 
@@ -107,7 +107,7 @@ def test_a_baseline_records_both_probes_from_one_embedding_cache(monkeypatch, tm
     monkeypatch.setattr(claims, "baseline_encoder", lambda name, precision="fp32": loaded.append(precision) or name)
     monkeypatch.setattr(mixcse.evaluation, "stsb_dev_spearman", lambda enc, data_dir: 80.0)
     monkeypatch.setattr(claims, "evaluate_timed", evaluate_timed)
-    out = claims.run_baseline("minilm-raw", "test", "bf16", workers=2)
+    out = claims.run_baseline("minilm-raw", "bf16", workers=2)
     assert loaded == ["fp32", "bf16"]  # STS-B dev in fp32, as the trainer selects; the evaluation in bf16
     assert [s[0] for s in seen] == ["sklearn-converged", claims.PYTORCH_PROBE] and seen[0][1:] == seen[1][1:]
     assert seen[0][2] == "bf16" and not seen[0][3].exists()  # the shared embedding cache is deleted afterwards
@@ -121,7 +121,7 @@ def test_the_fp32_table_trains_and_evaluates_in_fp32(tmp_path, capsys, recipe):
             "--dry-run", "--no-baselines", "--results", str(tmp_path / "r.json")]
     assert claims.main(args + recipe) == 0
     assert "to do  standin-simcse-lamnone-s0-n250-test-fp32" in capsys.readouterr().out
-    spec = claims.make_spec("standin", "simcse", 0, None, "test", "fp32")
+    spec = claims.make_spec("standin", "simcse", 0, None, "fp32")
     assert spec.config()["precision"] == "fp32" and not (tmp_path / "r.json").exists()
 
 
@@ -172,7 +172,7 @@ def test_every_batch_size_reads_about_the_same_sentences_and_only_larger_ones_ar
     assert got == [("standin", 64, 250, 25, None), ("standin", 512, 31, 3, 64), ("standin", 2048, 8, 1, 64),
                    ("minilm", 64, 200, 25, None), ("minilm", 512, 25, 3, 64), ("minilm", 2048, 6, 1, 64)]
     # batch 64 is the claims table's own run: its key and folder name are the ones records already have
-    assert jobs[3].key == ("minilm", "mixcse", 0, 0.2, 200, "test", "fp32") == claims.run_key(record(jobs[3], False))
+    assert jobs[3].key == ("minilm", "mixcse", 0, 0.2, 200, "fp32", 64) == claims.run_key(record(jobs[3], False))
     assert jobs[3].name == "minilm-mixcse-lam0.2-s0-n200-test-fp32"
     assert jobs[4].name == "minilm-mixcse-lam0.2-s0-n25-b512-test-fp32" and jobs[4].key[-1] == 512
     assert claims.run_key({**record(jobs[4], False), "batch_size": 512}) == jobs[4].key

@@ -18,7 +18,7 @@ FIGURES = ("claims_cosines.png", "claims_gradnorm.png", "claims_max_angle.png", 
                                            ("paper_claims_fp32.json", "docs/claims-fp32")])
 def test_the_committed_docs_tables_are_what_the_report_makes_of_the_committed_json(results, docs):
     path, docs = RESULTS / results, REPO / docs
-    text = claims_report.generated(claims_report.table_data(path), path, docs, [docs / f for f in FIGURES])
+    text = claims_report.generated(claims_report.load_results(path), path, docs, [docs / f for f in FIGURES])
     page = (docs / "results.md").read_text(encoding="utf-8")
     begin = page.index(claims_report.RESULTS_BEGIN) + len(claims_report.RESULTS_BEGIN) + 1
     assert page[begin:page.index(claims_report.RESULTS_END)] == text + "\n"
@@ -186,9 +186,9 @@ def test_zero_spreads_give_no_ratio_t_test_or_levene_and_no_warning():
 
 def test_a_claim_is_data_rendered_by_one_function(monkeypatch):
     data = synthetic_results()  # STS avg: SimCSE 79.0 / 79.2 / 78.9, MixCSE 79.5 / 79.4 / 79.6 on seeds 0 / 1 / 2
-    runs = {p: claims_report.by_seed(data["runs"], "minilm", p, (20, "test")) for p in ("simcse", "mixcse")}
+    runs = {p: claims_report.by_seed(data["runs"], "minilm", p, 20) for p in ("simcse", "mixcse")}
     lower = claims_report.Paired("STS avg", claims_report.sts_avg, sign=-1, unit=" points", means="", paper=-1.0)
-    angle = claims_report.Paired("Max angle", claims_report.analysis_of("max_angle"), wins=False, judged=False)
+    angle = claims_report.Paired("Max angle", claims_report.value_of("analysis", "max_angle"), wins=False, judged=False)
     monkeypatch.setitem(claims_report.CLAIMS, 9, claims_report.Claim("*SimCSE is lower.*", "simcse", "mixcse",
                                                                      (lower, angle)))
     line = claims_report.render_claim(9, runs)
