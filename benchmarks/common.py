@@ -103,23 +103,6 @@ def model_setup(cfg, ctx, threads: int, seed: int):
     return encoder, tokenizer, build_optimizer(encoder, cfg, ctx.device)
 
 
-def recipe_step_setup(threads: int, **overrides):
-    """The trainer's CPU step on the stand-in, as `mixcse.train` builds it (TrainConfig defaults: fused AdamW, numpy
-    dropout masks, 4 length buckets; cls pooler + MLP head; ``overrides`` replace config keys), and one batch of 64
-    corpus sentences (one view: the step makes the two). Returns (cfg, ctx, encoder, batch, optimizer); the step
-    is ``mixcse.training.step.make_step(cfg, ctx, encoder, optimizer, objective)``."""
-    import numpy as np
-
-    from mixcse.data.memory import TokenizedCorpus
-    from mixcse.training.config import TrainConfig
-    from mixcse.training.distributed import DistContext
-
-    cfg, ctx = TrainConfig(model=str(STAND_IN), pooler="cls", **overrides), DistContext()
-    encoder, tokenizer, optimizer = model_setup(cfg, ctx, threads, seed=0)
-    batch = TokenizedCorpus(read_corpus(64), tokenizer, 32).batch(np.arange(64))
-    return cfg, ctx, encoder, batch, optimizer
-
-
 def interleaved(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 1,
                 timer: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
     """Time each function ``repeats`` times, alternating between them (order reversed every round so that a

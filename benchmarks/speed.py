@@ -1,7 +1,7 @@
 """Speed and memory of mixcse: the training step, big batches, large corpora, evaluation and the ONNX export.
 
 One case per measurement; each writes its JSON under benchmarks/results/ (``--results DIR`` elsewhere,
-``--no-write`` nowhere) and prints its figures. ``python -m benchmarks.speed CASE --help`` gives a case's method.
+``--no-write`` nowhere) and prints its figures. Each case's method: docs/performance.md and docs/scale.md.
 
     python -m benchmarks.speed mixing        # MixCSE vs SimCSE step; loss memory at N = 64..1024 -> mixing_overhead
     python -m benchmarks.speed vs-st         # the same SimCSE run in mixcse and sentence-transformers
@@ -45,21 +45,7 @@ import torch
 import yaml
 
 from benchmarks import common
-from benchmarks.common import (
-    CORPUS,
-    DOWNSTREAM,
-    REPO,
-    SHARED,
-    STAND_IN,
-    check_peak_meter,
-    interleaved,
-    model_setup,
-    paired_ratios,
-    peak_cpu_bytes,
-    read_corpus,
-    recipe_step_setup,
-    summarise,
-)
+from benchmarks.common import CORPUS, DOWNSTREAM, STAND_IN, interleaved, paired_ratios, read_corpus, summarise
 from mixcse.data.loader import BatchPlan, open_corpus
 from mixcse.data.memory import TokenizedCorpus
 from mixcse.data.reader import iter_lines
@@ -106,17 +92,25 @@ def case(name: str, *options: tuple):
 
 
 def save(args, name: str, payload: dict) -> None:
+    """Print the payload's top-level figures (medians of summaries); write it unless --no-write."""
+    figures = {k: v["median"] if isinstance(v, dict) else v for k, v in payload.items()
+               if isinstance(v, float) or isinstance(v, dict) and "median" in v}
+    print(", ".join(f"{k} {v:.4g}" for k, v in figures.items()), flush=True)
     if not args.no_write:
         common.write_result(name, payload)
 
 
 def recipe() -> dict:
-    return yaml.safe_load((REPO / "recipes/cpu/mixcse-mini.yaml").read_text())
+    return yaml.safe_load((common.REPO / "recipes/cpu/mixcse-mini.yaml").read_text())
 
 
 def recipe_steps(threads: int, variants: dict[str, dict], **overrides) -> dict[str, Callable]:
-    """Steps of one recipe model, optimizer and batch (``common.recipe_step_setup``), one per ``make_step`` kwargs."""
-    cfg, ctx, encoder, batch, optimizer = recipe_step_setup(threads, **overrides)
+    """The trainer's CPU step on the stand-in as `mixcse.train` builds it (TrainConfig defaults: fused AdamW, numpy
+    dropout masks, 4 length buckets; cls + MLP head; ``overrides`` replace config keys) on one batch of batch_size
+    corpus sentences (one view: the step makes the two): one step per ``make_step`` kwargs of ``variants``."""
+    cfg, ctx = TrainConfig(model=str(STAND_IN), pooler="cls", **overrides), DistContext()
+    encoder, tokenizer, optimizer = common.model_setup(cfg, ctx, threads, seed=0)
+    batch = TokenizedCorpus(read_corpus(cfg.batch_size), tokenizer, MAX_LEN).batch(np.arange(cfg.batch_size))
     steps = {name: make_step(cfg, ctx, encoder, optimizer, **kw) for name, kw in variants.items()}
     return {name: (lambda step=step: step(batch)) for name, step in steps.items()}
 
@@ -146,26 +140,15 @@ def st_model():
 # ---------------------------------------------------------------------------------------------------- the CPU step
 
 
-@case("mixing", QUICK, THREADS,
-      opt("--loss-threads", type=positive, default=1, help="threads of the loss-alone part (default 1: its small "
-          "N x N kernels are dominated by thread wake-ups on a shared machine)"),
-      opt("--rounds", type=positive, help="step rounds (default 20, quick 2)"))
+@case("mixing", QUICK, THREADS, opt("--rounds", type=positive, help="step rounds (default 20, quick 2)"))
 def mixing(args) -> None:
-    """MixCSE vs SimCSE: step time (target <= 1.05x) and loss memory (target >= 100x less at N = 1024).
-
-Step: the recipe's step on the stand-in (cls + MLP head, 64 corpus sentences x 2 views, length 32, no clipping),
-SimCSE and MixCSE alternating on one model, optimizer and batch: median per-round ratio. Loss alone, N = 64..1024,
-d = 768, forward + backward: closed form vs ``materialised_mixcse_loss`` (N x N x d), both checked against float64;
-peak of torch's CPU allocator (``common.peak_cpu_bytes``, self-tested); time interleaved, one thread."""
+    """MixCSE vs SimCSE: step time (target <= 1.05x) and loss memory (target >= 100x less at N = 1024)."""
     t0 = time.perf_counter()
     rounds = args.rounds or (2 if args.quick else 20)
-    sizes = [64, 256, 1024] if args.quick else [64, 128, 256, 512, 1024]
-    meter_mb = check_peak_meter()
-    print(f"peak-memory meter self-test: {meter_mb:.1f} MB measured for 150.0 MB held")
-    torch.set_num_threads(args.loss_threads)
-    loss = {str(n): loss_size(n, 768, 2 if args.quick else 5, n <= (256 if args.quick else max(sizes)))
-            for n in sizes}
-
+    meter_mb = common.check_peak_meter()
+    torch.set_num_threads(1)  # the loss's small N x N kernels: thread wake-ups dominate on a shared machine
+    loss = {str(n): loss_size(n, 768, 2 if args.quick else 5, timed=not args.quick or n <= 256)
+            for n in ([64, 256, 1024] if args.quick else [64, 128, 256, 512, 1024])}
     steps = recipe_steps(args.threads, {n: {"objective": PRESETS[n]} for n in ("simcse", "mixcse")},
                          max_grad_norm=None)
     times = interleaved(steps, repeats=rounds, warmup=1)
@@ -173,15 +156,12 @@ peak of torch's CPU allocator (``common.peak_cpu_bytes``, self-tested); time int
     step = {"batch_shape": [128, MAX_LEN], "threads": args.threads, "rounds": rounds,
             "simcse_step_s": summarise(times["simcse"]), "mixcse_step_s": summarise(times["mixcse"]),
             "ratio": summarise(ratios), "raw": {**times, "ratio": ratios}}
-    ratio, mem = step["ratio"]["median"], loss["1024"]["memory_ratio"]
-    print(f"step: SimCSE {step['simcse_step_s']['median']:.3f} s, MixCSE {step['mixcse_step_s']['median']:.3f} s; "
-          f"per-round ratio median {ratio:.3f} [IQR {step['ratio']['q1']:.3f}-{step['ratio']['q3']:.3f}] "
-          f"(target <= 1.05); loss memory ratio at N=1024 x{mem:.0f} (target >= 100)")
     save(args, "mixing_overhead", {
-        "mode": "quick" if args.quick else "default", "step_time_ratio": ratio, "memory_ratio_n1024": mem,
+        "mode": "quick" if args.quick else "default", "step_time_ratio": step["ratio"]["median"],
+        "memory_ratio_n1024": loss["1024"]["memory_ratio"],
         "targets": {"step_time_ratio_max": 1.05, "memory_ratio_n1024_min": 100},
         "memory_method": "torch.profiler(profile_memory=True) allocator events, running-sum peak",
-        "peak_meter_selftest_mb": meter_mb, "loss_threads": args.loss_threads, "step": step, "loss": loss,
+        "peak_meter_selftest_mb": meter_mb, "loss_threads": 1, "step": step, "loss": loss,
         "wall_s": time.perf_counter() - t0})
 
 
@@ -201,8 +181,8 @@ def loss_size(n: int, dim: int, repeats: int, timed: bool) -> dict:
 
     closed = lambda a, b: contrastive_loss(a, b, objective).loss  # noqa: E731
     materialised = lambda a, b: materialised_mixcse_loss(a, b, objective.lam, objective.temperature)  # noqa: E731
-    peak_closed, res_c = peak_cpu_bytes(lambda: run(closed))
-    peak_mat, res_m = peak_cpu_bytes(lambda: run(materialised))
+    peak_closed, res_c = common.peak_cpu_bytes(lambda: run(closed))
+    peak_mat, res_m = common.peak_cpu_bytes(lambda: run(materialised))
     w1, w2 = base1.double().requires_grad_(), base2.double().requires_grad_()
     truth = run(closed, w1, w2)
 
@@ -219,25 +199,20 @@ def loss_size(n: int, dim: int, repeats: int, timed: bool) -> dict:
     r = {"closed_form_peak_mb": peak_closed / 1e6, "materialised_peak_mb": peak_mat / 1e6,
          "memory_ratio": peak_mat / peak_closed,
          "rel_errors_vs_fp64_closed_form": {k: {"loss": v[0], "grad_max": v[1]} for k, v in errors.items()}}
-    timing = "not timed (--quick)"
     if timed:
         times = interleaved({"closed_form": lambda: run(closed), "materialised": lambda: run(materialised)},
                             repeats=repeats, warmup=1)
         r.update(closed_form_s=summarise(times["closed_form"]), materialised_s=summarise(times["materialised"]),
                  time_ratio_materialised_over_closed=summarise(paired_ratios(times["materialised"],
                                                                              times["closed_form"])), raw=times)
-        timing = f"time x{r['time_ratio_materialised_over_closed']['median']:.1f}"
     print(f"  loss N={n:5d}: peak {r['closed_form_peak_mb']:7.1f} MB closed form vs {r['materialised_peak_mb']:7.1f} "
-          f"MB materialised (x{r['memory_ratio']:.0f}); {timing}", flush=True)
+          f"MB materialised (x{r['memory_ratio']:.0f})", flush=True)
     return r
 
 
 @case("compiled", opt("--rounds", type=positive, default=10), THREADS)
 def compiled(args) -> None:
-    """The compiled CPU step (compile: true: inductor, batches padded to 32) against the eager one.
-
-The recipe's step on the stand-in (64 sentences, clipping); eager as the trainer runs it on CPU (numpy dropout
-masks, 4 length buckets). Interleaved: median per-round ratio compiled / eager; the compile (first call) apart."""
+    """The compiled CPU step (compile: true: inductor, batches padded to 32) against the eager one."""
     steps, compile_s = {}, None
     for name, flag in (("eager", False), ("compiled", True)):
         steps[name] = recipe_steps(args.threads, {"step": {}}, compile=flag)["step"]
@@ -245,48 +220,35 @@ masks, 4 length buckets). Interleaved: median per-round ratio compiled / eager; 
         steps[name]()  # the first call compiles
         compile_s = time.perf_counter() - t0 if flag else compile_s
     times = interleaved(steps, repeats=args.rounds, warmup=1)
-    ratio = summarise(paired_ratios(times["compiled"], times["eager"]))
-    print(f"compile (first call): {compile_s:.0f} s; step eager {summarise(times['eager'])['median']:.3f} s, compiled "
-          f"{summarise(times['compiled'])['median']:.3f} s; compiled / eager {ratio['median']:.2f}")
     save(args, "compiled_step", {
         "setting": {"model": "stand-in (mini-wiki-mlm)", "batch": 64, "max_seq_length": MAX_LEN,
                     "threads": args.threads, "rounds": args.rounds},
-        "compile_seconds": compile_s, "compiled_over_eager": ratio, "eager_step_s": summarise(times["eager"]),
-        "compiled_step_s": summarise(times["compiled"]), "raw": times})
+        "compile_seconds": compile_s,
+        "compiled_over_eager": summarise(paired_ratios(times["compiled"], times["eager"])),
+        "eager_step_s": summarise(times["eager"]), "compiled_step_s": summarise(times["compiled"]), "raw": times})
 
 
-@case("bf16", opt("--quick", action="store_true", help="speed only, 2 rounds"),
-      opt("--rounds", type=positive, help="speed rounds (default 10, quick 2)"),
-      opt("--steps", type=positive, default=125, help="steps of each quality run (default 125)"),
-      opt("--seeds", type=int, nargs="+", default=[42, 43]), THREADS)
+@case("bf16", opt("--quick", action="store_true", help="speed only, 2 rounds"), THREADS)
 def bf16(args) -> None:
-    """bf16 autocast vs fp32 on CPU: step speed and STS-B dev parity.
-
-Speed: the recipe's MixCSE step on the stand-in, fp32 and bf16 alternating on one model, optimizer and batch:
-median per-round ratio fp32 / bf16. Quality (not with --quick): recipes/cpu/mixcse-mini.yaml for --steps, STS-B dev
-at the end, seeds x {fp32, bf16} alternating; parity if the gap of the seed means is within the seed spread."""
+    """bf16 autocast vs fp32 on CPU: step speed and STS-B dev parity."""
     t0 = time.perf_counter()
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    isa = {f: f" {f}" in flags for f in ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f")}
-    auto = trainer.resolve_precision("auto", torch.device("cpu"))
-    rounds = args.rounds or (2 if args.quick else 10)
+    rounds = 2 if args.quick else 10
     steps = recipe_steps(args.threads, {p: {"objective": PRESETS["mixcse"], "precision": p} for p in ("fp32", "bf16")})
     times = interleaved(steps, repeats=rounds, warmup=1)
     ratio = paired_ratios(times["fp32"], times["bf16"])
-    sp = {"rounds": rounds, "threads": args.threads, "fp32_step_s": summarise(times["fp32"]),
-          "bf16_step_s": summarise(times["bf16"]), "speedup_bf16": summarise(ratio), "raw": {**times, "speedup": ratio}}
-    print(f"{isa}; precision auto -> {auto}; fp32 {sp['fp32_step_s']['median']:.3f} s/step, bf16 "
-          f"{sp['bf16_step_s']['median']:.3f} s/step; speed-up x{sp['speedup_bf16']['median']:.2f}", flush=True)
-    payload = {"mode": "quick" if args.quick else "default", "isa": isa,
-               "cpu_supports_bf16": trainer.cpu_supports_bf16(), "auto_resolves_to": auto,
-               "speed": sp, "speedup_bf16": sp["speedup_bf16"]["median"]}
+    speed = {"rounds": rounds, "threads": args.threads, "fp32_step_s": summarise(times["fp32"]),
+             "bf16_step_s": summarise(times["bf16"]), "speedup_bf16": summarise(ratio),
+             "raw": {**times, "speedup": ratio}}
+    payload = {"mode": "quick" if args.quick else "default",
+               "isa": {f: f" {f}" in flags for f in ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f")},
+               "cpu_supports_bf16": trainer.cpu_supports_bf16(),
+               "auto_resolves_to": trainer.resolve_precision("auto", torch.device("cpu")),
+               "speed": speed, "speedup_bf16": speed["speedup_bf16"]["median"]}
     if not args.quick:
-        payload["quality"] = q = bf16_quality(args.steps, args.seeds, args.threads)
-        payload["within_seed_noise"] = q["within_seed_noise"]
-        print(f"mean STS-B dev fp32 {q['mean_dev']['fp32']:.2f}, bf16 {q['mean_dev']['bf16']:.2f}; seed spread "
-              f"{q['seed_spread_within_precision']:.2f} -> {'within' if q['within_seed_noise'] else 'OUTSIDE'} noise")
-    payload["wall_s"] = time.perf_counter() - t0
-    save(args, "bf16_parity", payload)
+        payload["quality"] = bf16_quality(125, [42, 43], args.threads)
+        payload["within_seed_noise"] = payload["quality"]["within_seed_noise"]
+    save(args, "bf16_parity", {**payload, "wall_s": time.perf_counter() - t0})
 
 
 def bf16_quality(steps: int, seeds: list[int], threads: int) -> dict:
@@ -316,22 +278,17 @@ def bf16_quality(steps: int, seeds: list[int], threads: int) -> dict:
             "raw_model_dev": next((r["raw_dev"] for r in runs if r["raw_dev"] is not None), None)}
 
 
-@case("profile", opt("--quick", action="store_true", help="6 steps"),
-      opt("--steps", type=positive, help="measured steps (default 30, quick 6)"), THREADS,
+@case("profile", opt("--quick", action="store_true", help="6 steps"), THREADS,
       opt("--ops", action="store_true", help="also torch.profiler's top operators of one step"))
 def profile(args) -> None:
-    """Where the time of a CPU training step goes, phase by phase.
-
-The trainer's loop (BatchPlan, TokenizedCorpus, its step, AdamW, LambdaLR, the logging step's host syncs) on the CPU
-recipe, stamped between phases: median ms per step over the measured steps (after 2 warm-up steps); tokenisation
-and logging amortised per step. Also: torch's default AdamW (for-each) vs fused=True (the trainer's), interleaved."""
-    steps, warmup = args.steps or (6 if args.quick else 30), 2
+    """Where the time of a CPU training step goes, phase by phase; torch's default AdamW vs the fused one."""
+    steps, warmup = 6 if args.quick else 30, 2
     cfg, corpus, plan, encoder, optimizer, train_step, tokenise_s = profile_setup(args.threads, steps + warmup)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, trainer.linear_schedule(steps + warmup, 0))
     per_step, log_times = profile_loop(cfg, corpus, plan, scheduler, train_step, steps, warmup)
-    phases = {"tokenisation (amortised)": [tokenise_s / (steps + warmup)],
-              "logging (amortised)": [sum(log_times) / len(per_step)]}
-    phases = {p: summarise(phases.get(p) or [s[p] for s in per_step]) for p in PHASES}
+    amortised = {"tokenisation (amortised)": [tokenise_s / (steps + warmup)],
+                 "logging (amortised)": [sum(log_times) / len(per_step)]}
+    phases = {p: summarise(amortised.get(p) or [s[p] for s in per_step]) for p in PHASES}
     backward = {k: summarise([s["backward"] for s in per_step if s["_logging_step"] == (k == "logging")]
                              or [float("nan")]) for k in ("logging", "other")}
     result = {"steps": len(per_step), "warmup_steps": warmup, "threads": args.threads, "log_steps": cfg.log_steps,
@@ -346,12 +303,7 @@ and logging amortised per step. Also: torch's default AdamW (for-each) vs fused=
         result["top_ops"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20)
         print(result["top_ops"])
     result["adamw"] = adamw_comparison(encoder, cfg, rounds=3 if len(per_step) < 10 else 10)
-    total = sum(result["phases_ms"].values())
-    for phase, ms in result["phases_ms"].items():
-        print(f"  {phase:32s} {ms:9.1f} ms {ms / total:7.1%}")
-    a = result["adamw"]
-    print(f"AdamW step: default {a['default_s']['median'] * 1e3:.0f} ms vs fused {a['fused_s']['median'] * 1e3:.0f} "
-          f"ms; bit-identical: {a['bit_identical']}")
+    print("\n".join(f"  {phase:32s} {ms:9.1f} ms" for phase, ms in result["phases_ms"].items()))
     save(args, "profile_step", {"mode": "quick" if args.quick else "default", **common.json_safe(result)})
 
 
@@ -365,7 +317,7 @@ def profile_setup(threads: int, steps: int):
     ctx = init_from_env()
     sentences = read_corpus(steps * cfg.batch_size)  # the first lines of the corpus: what a run would tokenise
     plan = BatchPlan(len(sentences), cfg.batch_size, cfg.seed)
-    encoder, tokenizer, optimizer = model_setup(cfg, ctx, cfg.num_threads, cfg.seed)
+    encoder, tokenizer, optimizer = common.model_setup(cfg, ctx, cfg.num_threads, cfg.seed)
     t0 = time.perf_counter()
     corpus = TokenizedCorpus(sentences, tokenizer, cfg.max_seq_length, plan.used_indices(steps))
     tokenise_s = time.perf_counter() - t0
@@ -405,7 +357,6 @@ def profile_loop(cfg, corpus, plan, scheduler, train_step, steps: int, warmup: i
             per_step.append({"collation (pad + 2 views)": d[0], "forward": d[1], "loss": d[2], "backward": d[3],
                              "grad clip": d[4], "optimizer step (AdamW)": d[5], "scheduler + zero_grad": d[6] + d[7],
                              "progress/bookkeeping": d[8] - t_log, "_logging_step": logging_step})
-        print(f"  step {step + 1}/{total}: {stamps[-1] - stamps[0]:.3f} s{' (warm-up)' * (step < warmup)}", flush=True)
     return per_step, log_times
 
 
@@ -434,80 +385,60 @@ def adamw_comparison(encoder, cfg, rounds: int) -> dict:
 # ------------------------------------------------------------------------------------------ big batches and peers
 
 
-@case("big-batch", opt("--mini-batch", type=positive, default=64), opt("--max-onepass", type=positive, default=1024),
-      opt("--max-cached", type=positive, default=4096), opt("--compare-at", type=positive, default=512),
-      opt("--rounds", type=positive, default=3, help="interleaved timing rounds at --compare-at"), THREADS,
+@case("big-batch", opt("--mini-batch", type=positive, default=64), THREADS,
+      opt("--rounds", type=positive, default=3, help="interleaved timing rounds of the side-by-side steps"),
       opt("--quick", action="store_true", help="N <= 256, one round"),
       opt("--timing-only", action="store_true", help="only the side-by-side timing -> big_batch_timing.json"))
 def big_batch(args) -> None:
-    """The cached step (mini_batch_size K) against the one-pass step: memory and time against the batch size.
-
-The trainer's CPU step on the stand-in (cls + MLP head, length 32). Per batch size N: the peak of torch's CPU
-allocator during a step above the weights and AdamW state, and the time of one step. Then at --compare-at, four steps
-interleaved: one-pass MixCSE, cached MixCSE, cached SimCSE and sentence-transformers' CachedMultipleNegativesRankingLoss
-(scale 20, same K). Goals: peak of cached at 4096 / one-pass at 64 <= 1.5; time per sentence ratio <= 1.4."""
-    if args.quick:
-        args.max_onepass, args.max_cached, args.compare_at, args.rounds = 128, 256, 128, 1
+    """The cached step (mini_batch_size K) against the one-pass step: memory and time against the batch size."""
     k, threads = args.mini_batch, args.threads
-    meter_mb = check_peak_meter()
-    sentences = read_corpus(max(args.max_cached, args.compare_at))
-    sizes = [n for n in (64, 128, 256, 512, 1024, 2048, 4096) if n <= args.max_cached]
+    max_onepass, max_cached, n, rounds = (128, 256, 128, 1) if args.quick else (1024, 4096, 512, args.rounds)
+    meter_mb = common.check_peak_meter()
+    sizes = [size for size in (64, 128, 256, 512, 1024, 2048, 4096) if size <= max_cached]
     sweep: dict[str, list[dict]] = {"onepass_mixcse": [], "cached_mixcse": []}
-    for n in [] if args.timing_only else sizes:
-        if n <= args.max_onepass:
-            sweep["onepass_mixcse"].append(measure_step(train_step(n, None, "mixcse", sentences, threads), n))
-        if n >= k:
-            sweep["cached_mixcse"].append(measure_step(train_step(n, k, "mixcse", sentences, threads), n, k))
-    n = args.compare_at
-    sides = {"onepass_mixcse": train_step(n, None, "mixcse", sentences, threads),
-             "cached_mixcse": train_step(n, k, "mixcse", sentences, threads),
-             "cached_simcse": train_step(n, k, "simcse", sentences, threads),
-             "st_cached_simcse": st_cached_step(n, k, sentences, threads)}
-    times = interleaved(sides, repeats=args.rounds, warmup=1)
-    peaks = {name: peak_cpu_bytes(step)[0] / 1e6 for name, step in sides.items()}
+    for size in [] if args.timing_only else sizes:
+        if size <= max_onepass:
+            sweep["onepass_mixcse"].append(measure_step(train_step(size, None, "mixcse", threads), size))
+        if size >= k:
+            sweep["cached_mixcse"].append(measure_step(train_step(size, k, "mixcse", threads), size))
+    sides = {"onepass_mixcse": train_step(n, None, "mixcse", threads),
+             "cached_mixcse": train_step(n, k, "mixcse", threads),
+             "cached_simcse": train_step(n, k, "simcse", threads), "st_cached_simcse": st_cached_step(n, k, threads)}
+    times = interleaved(sides, repeats=rounds, warmup=1)
+    peaks = {name: common.peak_cpu_bytes(step)[0] / 1e6 for name, step in sides.items()}
     summary = {"time_per_sentence_ratio_cached_vs_onepass":
                summarise(paired_ratios(times["cached_mixcse"], times["onepass_mixcse"]))["median"],
                "time_ratio_measured_at_batch": n, "st_time_ratio_vs_mixcse_cached_simcse":
                summarise(paired_ratios(times["st_cached_simcse"], times["cached_simcse"]))["median"]}
     side_by_side = {name: {"peak_mb": peaks[name], "step_s": summarise(times[name]),
                            "sentences_per_s": n / summarise(times[name])["median"]} for name in sides}
-    if not args.timing_only:
-        row = {kind: {r["batch"]: r["peak_mb"] for r in rows} for kind, rows in sweep.items()}
-        summary = {f"peak_memory_ratio_{sizes[-1]}_cached_vs_64": row["cached_mixcse"][sizes[-1]]
-                   / row["onepass_mixcse"][64], **summary}
-    print(", ".join(f"{key} {value:.2f}" for key, value in summary.items()))
-    setting = {"mini_batch_size": k, "threads": threads, "rounds": args.rounds}
+    setting = {"mini_batch_size": k, "threads": threads, "rounds": rounds}
     if args.timing_only:
         return save(args, "big_batch_timing", {"setting": setting, **summary, "side_by_side": side_by_side,
                                                "raw_times": times})
+    peak = {kind: {r["batch"]: r["peak_mb"] for r in rows} for kind, rows in sweep.items()}
     save(args, "big_batch_quick" if args.quick else "big_batch", {
         "setting": {"model": "stand-in (mini-wiki-mlm)", "pooler": "cls + MLP head", "max_seq_length": MAX_LEN,
                     **setting, "peak_meter_selftest_mb": meter_mb},
+        f"peak_memory_ratio_{sizes[-1]}_cached_vs_64": peak["cached_mixcse"][sizes[-1]] / peak["onepass_mixcse"][64],
         **summary, "side_by_side": side_by_side, "sweep": sweep, "raw_times": times})
 
 
-def train_step(n: int, mini_batch: int | None, loss: str, sentences: list[str], threads: int) -> Callable:
+def train_step(n: int, mini_batch: int | None, loss: str, threads: int) -> Callable:
     """The trainer's step on a batch of ``n`` (``mini_batch`` None = one pass)."""
-    cfg = TrainConfig(model=str(STAND_IN), train_file="-", output_dir="-", pooler="cls", loss=loss, batch_size=n,
-                      mini_batch_size=mini_batch, max_seq_length=MAX_LEN)
-    ctx = DistContext()
-    encoder, tokenizer, optimizer = model_setup(cfg, ctx, threads, seed=0)
-    batch = TokenizedCorpus(sentences[:n], tokenizer, MAX_LEN).batch(np.arange(n))
-    step = make_step(cfg, ctx, encoder, optimizer)
-    return lambda: step(batch)
+    return recipe_steps(threads, {"step": {}}, loss=loss, batch_size=n, mini_batch_size=mini_batch)["step"]
 
 
-def st_cached_step(n: int, mini_batch: int, sentences: list[str], threads: int) -> Callable:
+def st_cached_step(n: int, mini_batch: int, threads: int) -> Callable:
     """sentence-transformers' cached SimCSE step: loss forward + backward + clipping + AdamW step, dropout on."""
     from sentence_transformers.sentence_transformer.losses import CachedMultipleNegativesRankingLoss
 
     quiet()
     torch.set_num_threads(threads)
-    model = st_model()
-    model.train()
+    model = st_model().train()
     loss = CachedMultipleNegativesRankingLoss(model, scale=20.0, mini_batch_size=mini_batch)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5, fused=True)
-    features = model.tokenize(sentences[:n])
+    features = model.tokenize(read_corpus(n))
 
     def step():
         value = loss([dict(features), dict(features)], None)
@@ -520,49 +451,34 @@ def st_cached_step(n: int, mini_batch: int, sentences: list[str], threads: int) 
     return step
 
 
-def measure_step(step: Callable, n: int, k: int | None = None) -> dict:
+def measure_step(step: Callable, n: int) -> dict:
     """The time of one step, then the peak memory of the next (after an untimed step allocated AdamW's state)."""
     step()
     t0 = time.perf_counter()  # timed before the profiled step: a step after torch.profiler ran slower
     step()
     seconds = time.perf_counter() - t0
-    peak, _ = peak_cpu_bytes(step)
-    row = {"batch": n, "peak_mb": peak / 1e6, "step_s": seconds, "ms_per_sentence": 1e3 * seconds / n}
-    print(f"  {f'cached K={k}' if k else 'one-pass'} N={n:5d}  peak {row['peak_mb']:8.1f} MB  "
-          f"{row['ms_per_sentence']:6.2f} ms/sentence", flush=True)
-    return row
+    peak, _ = common.peak_cpu_bytes(step)
+    print(f"  N={n:5d}  peak {peak / 1e6:8.1f} MB  {1e3 * seconds / n:6.2f} ms/sentence", flush=True)
+    return {"batch": n, "peak_mb": peak / 1e6, "step_s": seconds, "ms_per_sentence": 1e3 * seconds / n}
 
 
-@case("vs-st", opt("--quick", action="store_true", help="1 round x 2 steps, no warm-up run, no ablation"),
-      opt("--rounds", type=positive, help="default 8, quick 1"),
-      opt("--steps", type=positive, help="training steps per run (default 10, quick 2)"), THREADS,
-      opt("--no-ablation", action="store_true", help="skip the third side, mixcse with length_buckets=1"))
+@case("vs-st", opt("--quick", action="store_true", help="1 round x 2 steps, no warm-up run, no ablation"), THREADS)
 def vs_st(args) -> None:
-    """mixcse vs sentence-transformers on the same SimCSE run: sentences/s (target >= 1.2x).
-
-Peer: SentenceTransformerTrainer + MultipleNegativesRankingLoss(scale=20), CLS pooling; mixcse: mixcse.train,
-loss simcse, cls_before_pooler, select_on none. Both: batch 64, length 32, AdamW 3e-5 linear, clip 1.0, fp32, same
-sentences and threads; short runs alternate (order flips each round) after an untimed warm-up run each. Model load
-excluded; everything else counts, mixcse's final writes included. Third side (not --quick): length_buckets 1."""
+    """mixcse vs sentence-transformers on the same SimCSE run: sentences/s (target >= 1.2x)."""
     quiet()
     t0 = time.perf_counter()
     import datasets
     import sentence_transformers
     import transformers
 
-    ablation = not (args.quick or args.no_ablation)
-    rounds, steps = args.rounds or (1 if args.quick else 8), args.steps or (2 if args.quick else 10)
-    sides = ["mixcse", "sentence_transformers"] + (["mixcse_one_pass"] if ablation else [])
+    rounds, steps = (1, 2) if args.quick else (8, 10)
+    sides = ["mixcse", "sentence_transformers"] + ([] if args.quick else ["mixcse_one_pass"])
     runs = {side: [] for side in sides}
     with tempfile.TemporaryDirectory(prefix="mixcse-vs-st-") as workdir:
         for r in range(0 if args.quick else -1, rounds):  # round -1: the untimed one-step warm-up
             for side, res in vs_st_round(sides if r % 2 else sides[::-1], r + 1, steps if r >= 0 else 1,
                                          args.threads, Path(workdir)):
                 runs[side] += [res] if r >= 0 else []
-    payload = vs_st_summary(runs, ablation)
-    print(f"mixcse {payload['mixcse_sentences_per_s']['median']:.1f} sentences/s vs sentence-transformers "
-          f"{payload['sentence_transformers_sentences_per_s']['median']:.1f}; ratio x{payload['throughput_ratio']:.2f}"
-          f" (loop only x{payload['loop_only']['ratio']:.2f}, CPU time x{payload['cpu_time']['ratio']:.2f})")
     st = runs["sentence_transformers"]
     save(args, "vs_sentence_transformers", {
         "mode": "quick" if args.quick else "default", "rounds": rounds, "steps_per_run": steps, "batch_size": 64,
@@ -571,7 +487,7 @@ excluded; everything else counts, mixcse's final writes included. Third side (no
                   "final checkpoint/model writes included",
         "versions": {"sentence_transformers": sentence_transformers.__version__,
                      "transformers": transformers.__version__, "datasets": datasets.__version__},
-        "peer_info": st[0]["info"] if st else None, **payload, "target": 1.2, "raw": runs,
+        "peer_info": st[0]["info"] if st else None, **vs_st_summary(runs), "target": 1.2, "raw": runs,
         "wall_s": time.perf_counter() - t0})
 
 
@@ -590,8 +506,7 @@ def vs_st_round(order: list[str], r: int, steps: int, threads: int, workdir: Pat
                                  length_buckets=1 if side == "mixcse_one_pass" else None)
         res.update(process_cpu_s=time.process_time() - cpu0, sentences_per_s=steps * 64 / res["run_s"],
                    loop_sentences_per_s=steps * 64 / res["loop_s"])  # CPU time: all threads, model load included
-        print(f"  round {r} {side:22s} load {res['load_s']:5.1f} s, run {res['run_s']:6.1f} s -> "
-              f"{res['sentences_per_s']:6.1f} sentences/s (loop only {res['loop_sentences_per_s']:6.1f})", flush=True)
+        print(f"  round {r} {side:22s} {res['sentences_per_s']:6.1f} sentences/s", flush=True)
         for sub in ("mixcse", "peer"):
             shutil.rmtree(workdir / sub, ignore_errors=True)
         yield side, res
@@ -664,31 +579,31 @@ def run_mixcse(train_file: Path, steps: int, threads: int, workdir: Path, seed: 
             "outside_loop_s": total - load_time[0] - result.train_seconds}
 
 
-def vs_st_summary(runs: dict, ablation: bool) -> dict:
-    def col(side, key):
+def vs_st_summary(runs: dict) -> dict:
+    def col(side, key="sentences_per_s"):
         return [r[key] for r in runs[side]]
 
-    mx, st = "mixcse", "sentence_transformers"
-    ratio = paired_ratios(col(mx, "sentences_per_s"), col(st, "sentences_per_s"))
-    loop = paired_ratios(col(mx, "loop_sentences_per_s"), col(st, "loop_sentences_per_s"))
-    cpu = paired_ratios(col(st, "process_cpu_s"), col(mx, "process_cpu_s"))
-    out = {"mixcse_sentences_per_s": summarise(col(mx, "sentences_per_s")),
-           "sentence_transformers_sentences_per_s": summarise(col(st, "sentences_per_s")),
-           "throughput_ratio": summarise(ratio)["median"], "throughput_ratio_per_round": ratio,
+    def ratio(a, b, key="sentences_per_s"):
+        per_round = paired_ratios(col(a, key), col(b, key))
+        return summarise(per_round)["median"], per_round
+
+    mx, st, one = "mixcse", "sentence_transformers", "mixcse_one_pass"
+    (throughput, per_round), (loop, loop_rounds) = ratio(mx, st), ratio(mx, st, "loop_sentences_per_s")
+    cpu, cpu_rounds = ratio(st, mx, "process_cpu_s")
+    out = {"mixcse_sentences_per_s": summarise(col(mx)), "sentence_transformers_sentences_per_s": summarise(col(st)),
+           "throughput_ratio": throughput, "throughput_ratio_per_round": per_round,
            "loop_only": {"mixcse_sentences_per_s": summarise(col(mx, "loop_sentences_per_s")),
                          "sentence_transformers_sentences_per_s": summarise(col(st, "loop_sentences_per_s")),
-                         "ratio": summarise(loop)["median"], "ratio_per_round": loop},
+                         "ratio": loop, "ratio_per_round": loop_rounds},
            "cpu_time": {"note": "process CPU seconds of each whole run (model load included), peer / mixcse: less "
                                 "sensitive than wall time to other processes' load, more to spin-waiting threads",
-                        "ratio": summarise(cpu)["median"], "ratio_per_round": cpu}}
-    if ablation:
-        ab = paired_ratios(col("mixcse_one_pass", "sentences_per_s"), col(st, "sentences_per_s"))
+                        "ratio": cpu, "ratio_per_round": cpu_rounds}}
+    if one in runs:
+        ab, ab_rounds = ratio(one, st)
         out["ablation_one_pass"] = {
             "note": "mixcse with length_buckets=1: each batch forwarded as one pass padded to its longest sentence",
-            "sentences_per_s": summarise(col("mixcse_one_pass", "sentences_per_s")),
-            "throughput_ratio": summarise(ab)["median"], "throughput_ratio_per_round": ab,
-            "default_over_one_pass": summarise(paired_ratios(col(mx, "sentences_per_s"),
-                                                             col("mixcse_one_pass", "sentences_per_s")))["median"]}
+            "sentences_per_s": summarise(col(one)), "throughput_ratio": ab, "throughput_ratio_per_round": ab_rounds,
+            "default_over_one_pass": ratio(mx, one)[0]}
     return out
 
 
@@ -699,45 +614,29 @@ def vs_st_summary(runs: dict, ablation: bool) -> dict:
       opt("--batches", type=positive, nargs="+", help="batch sizes (default 64 512; smoke 16 64)"),
       opt("--compile", action="store_true", help="also the compiled steps (compile: true), interleaved with eager"))
 def gpu(args) -> None:
-    """SimCSE and MixCSE steps of a BERT-base-size encoder on CUDA: steps/s, TFLOP/s, projected epoch.
-
-BertModel(BertConfig()) with random weights (no downloads), cls + MLP head, random token ids of length 32, the
-trainer's step (bf16 autocast, fp32 loss, clip, fused AdamW); SimCSE and MixCSE alternate in blocks of steps:
-median block. --compile adds the compile: true steps (CUDA graphs). Without CUDA (or --smoke): a tiny BERT.
-FLOPs/step = 6*P*T + 12*L*S*d*T (T tokens per step, P non-embedding parameters, L layers, d hidden, S length);
-paper epoch = 15,625 steps of 64."""
+    """SimCSE and MixCSE steps of a BERT-base-size encoder on CUDA: steps/s, TFLOP/s, projected epoch."""
     import transformers
-    from transformers import BertConfig
 
     transformers.logging.set_verbosity_error()
     cuda = torch.cuda.is_available()
     smoke, device = args.smoke or not cuda, torch.device("cuda" if cuda else "cpu")
-    if smoke:
-        config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
-                            vocab_size=2000)
+    if smoke:  # figures that test the case, not GPU figures
+        config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=128, vocab_size=2000)
         batches, seq, timing = args.batches or [16, 64], 16, {"blocks": 2, "per_block": 2, "warmup": 1}
-        print(f"smoke configuration on {device}: tiny BERT, figures test the case, they are not GPU figures")
     else:
-        config = BertConfig()
+        config = transformers.BertConfig()
         batches, seq, timing = args.batches or [64, 512], 32, {"blocks": 4, "per_block": 10, "warmup": 5}
     t0 = time.perf_counter()
     torch.manual_seed(0)
     encoder = Encoder(transformers.BertModel(config, add_pooling_layer=False), "cls").to(device).train()
-    p_all, p_mm = sum(p.numel() for p in encoder.parameters()), matmul_params(encoder)
-    results = []
-    for batch in batches:
-        results.append(r := gpu_measure(encoder, config, batch, seq, device, args.compile, **timing))
-        print(f"batch {batch:4d}: " + ", ".join(f"{k} {r[k]['steps_per_s']:.2f} steps/s ({r[k]['tflops']:.3g} "
-                                                 f"TFLOP/s)" for k in r if isinstance(r[k], dict)), flush=True)
-    ref = next((r for r in results if r["batch"] == 64), None)
-    projection = {} if ref is None else {f"{k}_epoch_s": 15_625 * ref[k]["step_s"] for k in ref
-                                         if isinstance(ref[k], dict)}
-    print(f"projected paper epoch (15,625 steps of 64, steps only): "
-          f"{', '.join(f'{k} {v / 60:.1f} min' for k, v in projection.items()) or 'no batch-64 configuration'}")
+    results = [gpu_measure(encoder, config, batch, seq, device, args.compile, **timing) for batch in batches]
+    ref = next((r for r in results if r["batch"] == 64), {})
+    projection = {f"{k}_epoch_s": 15_625 * v["step_s"] for k, v in ref.items() if isinstance(v, dict)}
     save(args, ("gpu_step_smoke" if smoke else "gpu_step") + ("_compile" if args.compile else ""), {
         "mode": "smoke" if smoke else "full", "compiled_side": args.compile,
         "device": torch.cuda.get_device_name(0) if cuda else "cpu", "precision": "bf16 autocast",
-        "params_total": p_all, "params_matmul": p_mm,
+        "params_total": sum(p.numel() for p in encoder.parameters()), "params_matmul": matmul_params(encoder),
         "flops_formula": "6*P*T + 12*L*S*d*T, T = 2*batch*S tokens per step",
         "config": {"layers": config.num_hidden_layers, "hidden": config.hidden_size,
                    "heads": config.num_attention_heads, "seq_len": seq},
@@ -751,12 +650,12 @@ def matmul_params(encoder) -> int:
 
 def gpu_measure(encoder, config, batch: int, seq: int, device, compiled: bool, blocks: int, per_block: int,
                 warmup: int) -> dict:
+    """SimCSE and MixCSE (and compiled) steps alternating in blocks of ``per_block`` steps: the median block."""
     g = torch.Generator().manual_seed(batch * 1000 + seq)
     ids = torch.randint(1000, config.vocab_size, (batch, seq), generator=g)
     ids[:, 0], ids[:, -1] = 101, 102  # [CLS] ... [SEP]; one view: the step makes the two
     data = {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
-    optimizer = trainer.build_optimizer(encoder, TrainConfig(), device)
-    ctx = DistContext(device=device)
+    optimizer, ctx = trainer.build_optimizer(encoder, TrainConfig(), device), DistContext(device=device)
     steps = {name: make_step(TrainConfig(), ctx, encoder, optimizer, PRESETS[name], precision="bf16",
                              length_buckets=1) for name in ("simcse", "mixcse")}
     if compiled:  # batches padded to max_seq_length (here every batch is that long)
@@ -764,27 +663,26 @@ def gpu_measure(encoder, config, batch: int, seq: int, device, compiled: bool, b
                                                     optimizer, PRESETS[name], precision="bf16")
                       for name in ("simcse", "mixcse")})
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for name in steps:
-        for _ in range(warmup):
-            steps[name](data)
-    sync()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
 
-    def block(name):
-        for _ in range(per_block):
+    def block(name, n=per_block):
+        for _ in range(n):
             steps[name](data)
         sync()
 
+    for name in steps:
+        block(name, warmup)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     times = interleaved({name: (lambda name=name: block(name)) for name in steps}, repeats=blocks, warmup=0,
                         timer=lambda: (sync(), time.perf_counter())[1])
-    flops = 6 * matmul_params(encoder) * 2 * batch * seq + 12 * config.num_hidden_layers * seq * config.hidden_size \
-        * 2 * batch * seq
-    out = {"batch": batch, "seq_len": seq, "tokens_per_step": 2 * batch * seq, "flops_per_step": flops}
+    tokens = 2 * batch * seq
+    flops = 6 * matmul_params(encoder) * tokens + 12 * config.num_hidden_layers * seq * config.hidden_size * tokens
+    out = {"batch": batch, "seq_len": seq, "tokens_per_step": tokens, "flops_per_step": flops}
     for name, block_s in times.items():
         t = statistics.median(block_s) / per_block
         out[name] = {"step_s": t, "steps_per_s": 1.0 / t, "sentences_per_s": batch / t, "tflops": flops / t / 1e12,
                      "block_step_s": [b / per_block for b in block_s]}
+    print(f"batch {batch:4d}: " + ", ".join(f"{k} {out[k]['steps_per_s']:.2f} steps/s" for k in steps), flush=True)
     out["mixcse_over_simcse_time"] = out["mixcse"]["step_s"] / out["simcse"]["step_s"]
     for name in ("simcse", "mixcse") if compiled else ():
         out[f"{name}_compiled_speedup"] = out[name]["step_s"] / out[f"{name}_compiled"]["step_s"]
@@ -801,34 +699,27 @@ def gpu_measure(encoder, config, batch: int, seq: int, device, compiled: bool, b
       opt("--precisions", action="store_true", help="fp32 vs bf16 on the fast path -> eval_precision.json"),
       opt("--rounds", type=positive, default=1, help="with --precisions: alternating rounds of each"))
 def eval_speed(args) -> None:
-    """A full evaluation on the reference paths and on the fast ones, side by side in one run.
-
-all-MiniLM-L6-v2, --tasks, test mode, no cache: evaluate(workers=2) (the fast paths); the sklearn-converged probe on
-its cached embeddings, reference then fast engine; evaluate(reference=True), one process. Embeddings and scores are
-compared. --precisions: the fast path at fp32 and bf16 alternating over --rounds (eval_precision.json)."""
+    """A full evaluation of all-MiniLM-L6-v2 on the reference paths and on the fast ones, side by side."""
     model = common.minilm_path()
     if args.precisions:
         return save(args, "eval_precision", compare_precisions(model, args.tasks, args.workers, args.rounds))
     with tempfile.TemporaryDirectory() as tmp:
         ref_cache, fast_cache = Path(tmp) / "reference", Path(tmp) / "fast"
         # the fast side first: the sklearn-converged comparison reads its cached embeddings
-        fast = timed_eval("fast, end to end", model, args.tasks, cache_dir=fast_cache, workers=args.workers)
+        fast = timed_eval(model, args.tasks, cache_dir=fast_cache, workers=args.workers)
         transfer = ",".join(t for t in TRANSFER_TASKS if t in fast[0].get("transfer", {}))
-        sk = (timed_eval("sklearn-converged, reference engine", model, transfer, classifier="sklearn-converged",
-                         reference=True, cache_dir=fast_cache)[0],
-              timed_eval("sklearn-converged, fast engine", model, transfer, classifier="sklearn-converged",
-                         cache_dir=fast_cache)[0]) if transfer else (None, None)
+        sk = [timed_eval(model, transfer, classifier="sklearn-converged", reference=reference, cache_dir=fast_cache)[0]
+              for reference in (True, False)] if transfer else None
         save(args, "eval_speed", eval_report(args.workers, None, fast, None, sk))
-        plain = timed_eval("reference, end to end", model, args.tasks, reference=True, cache_dir=ref_cache)
+        plain = timed_eval(model, args.tasks, reference=True, cache_dir=ref_cache)
         save(args, "eval_speed", eval_report(args.workers, plain, fast, same_units(ref_cache, fast_cache), sk))
 
 
-def timed_eval(label: str, model, tasks: str, **kw) -> tuple[dict, float]:
+def timed_eval(model, tasks: str, **kw) -> tuple[dict, float]:
     t0 = time.perf_counter()
     res = evaluate(model, tasks=tasks, data_dir=DOWNSTREAM, verbose=False, **kw)
     wall = time.perf_counter() - t0
-    print(f"{label}: {wall:.1f} s  ({', '.join(f'{k} {v:.1f}' for k, v in res['settings']['seconds'].items())})",
-          flush=True)
+    print(f"{tasks} ({', '.join(f'{k}={v}' for k, v in kw.items() if k != 'cache_dir')}): {wall:.1f} s", flush=True)
     return res, wall
 
 
@@ -864,32 +755,27 @@ def same_units(a: Path, b: Path) -> bool:
 def eval_report(workers: int, plain, fast, identical_embeddings, sk) -> dict:
     out: dict = {"model": "all-MiniLM-L6-v2", "tasks": fast[0]["settings"]["tasks"], "mode": "test",
                  "protocol": "senteval-pytorch (the default)", "workers": {"reference": 1, "fast": workers},
-                 "complete": plain is not None and sk[0] is not None}
-    if sk[0] is not None:
+                 "complete": plain is not None and sk is not None}
+    if sk is not None:
         a, b = eval_side(sk[0]), eval_side(sk[1])
         total_a, total_b = sum(a["seconds"].values()), sum(b["seconds"].values())
         out["sklearn_converged"] = {
             "speedup_probes": round(total_a / total_b, 3),
             "max_abs_diff_transfer": round(max_diff(a["acc"], b["acc"]), 4),
             "probe_seconds": {"reference": round(total_a, 2), "fast": round(total_b, 2)}, "reference": a, "fast": b}
-        print(f"sklearn-converged probes: {total_a:.1f} s -> {total_b:.1f} s", flush=True)
     out["fast"] = fast_side = eval_side(*fast)
     if plain is None:
         return out
     ref = eval_side(*plain)
     sts_equal = all(v == fast_side["sts"][t] or (math.isnan(v) and math.isnan(fast_side["sts"][t]))
                     for t, v in ref["sts"].items())
-    out.update({
-        "speedup_end_to_end": round(plain[1] / fast[1], 3),
-        "max_abs_diff_transfer": round(max_diff(ref["acc"], fast_side["acc"]), 4),
-        "sts_identical": sts_equal, "embeddings_identical": identical_embeddings,
-        "wall_seconds": {"reference": round(plain[1], 2), "fast": round(fast[1], 2)},
-        "speedup_per_phase": {k: round(ref["phases_seconds"][k] / fast_side["phases_seconds"][k], 3)
-                              for k in ("encode", "transfer", "total") if fast_side["phases_seconds"][k] > 0},
-        "reference": ref})
-    print(f"end to end: {plain[1]:.1f} s -> {fast[1]:.1f} s ({out['speedup_end_to_end']}x); STS identical: "
-          f"{sts_equal}; embeddings identical: {identical_embeddings}", flush=True)
-    return out
+    return {**out, "speedup_end_to_end": round(plain[1] / fast[1], 3),
+            "max_abs_diff_transfer": round(max_diff(ref["acc"], fast_side["acc"]), 4),
+            "sts_identical": sts_equal, "embeddings_identical": identical_embeddings,
+            "wall_seconds": {"reference": round(plain[1], 2), "fast": round(fast[1], 2)},
+            "speedup_per_phase": {k: round(ref["phases_seconds"][k] / fast_side["phases_seconds"][k], 3)
+                                  for k in ("encode", "transfer", "total") if fast_side["phases_seconds"][k] > 0},
+            "reference": ref}
 
 
 def compare_precisions(model, tasks: str, workers: int, rounds: int) -> dict:
@@ -897,52 +783,43 @@ def compare_precisions(model, tasks: str, workers: int, rounds: int) -> dict:
     runs: dict[str, list] = {"fp32": [], "bf16": []}
     for _ in range(rounds):
         for precision in runs:
-            runs[precision].append(timed_eval(f"{precision}, end to end", model, tasks, workers=workers,
-                                              precision=precision))
+            runs[precision].append(timed_eval(model, tasks, workers=workers, precision=precision))
     side = {p: {"wall_seconds": [round(w, 2) for _, w in done],
                 "encode_seconds": [round(r["settings"]["seconds"]["encode"], 2) for r, _ in done],
                 "sts": scores(done[-1][0], "sts"), "acc": scores(done[-1][0], "transfer")} for p, done in runs.items()}
     med = {p: {k: statistics.median(side[p][k]) for k in ("wall_seconds", "encode_seconds")} for p in side}
-    out = {"model": "all-MiniLM-L6-v2", "tasks": runs["fp32"][0][0]["settings"]["tasks"], "mode": "test",
-           "rounds": rounds, "workers": workers,
-           "speedup_end_to_end_bf16_vs_fp32": round(med["fp32"]["wall_seconds"] / med["bf16"]["wall_seconds"], 3),
-           "speedup_encode_bf16_vs_fp32": round(med["fp32"]["encode_seconds"] / med["bf16"]["encode_seconds"], 3),
-           "max_abs_diff_sts": round(max_diff(side["fp32"]["sts"], side["bf16"]["sts"]), 4),
-           "max_abs_diff_transfer": round(max_diff(side["fp32"]["acc"], side["bf16"]["acc"]), 4), **side}
-    print(f"bf16 vs fp32: end to end {out['speedup_end_to_end_bf16_vs_fp32']}x, encoding "
-          f"{out['speedup_encode_bf16_vs_fp32']}x; largest STS difference {out['max_abs_diff_sts']}", flush=True)
-    return out
+    return {"model": "all-MiniLM-L6-v2", "tasks": runs["fp32"][0][0]["settings"]["tasks"], "mode": "test",
+            "rounds": rounds, "workers": workers,
+            "speedup_end_to_end_bf16_vs_fp32": round(med["fp32"]["wall_seconds"] / med["bf16"]["wall_seconds"], 3),
+            "speedup_encode_bf16_vs_fp32": round(med["fp32"]["encode_seconds"] / med["bf16"]["encode_seconds"], 3),
+            "max_abs_diff_sts": round(max_diff(side["fp32"]["sts"], side["bf16"]["sts"]), 4),
+            "max_abs_diff_transfer": round(max_diff(side["fp32"]["acc"], side["bf16"]["acc"]), 4), **side}
 
 
-@case("sts", opt("--model", default=str(STAND_IN)), opt("--pooler", default="cls_before_pooler"),
+@case("sts", opt("--model", default=str(STAND_IN), help="model folder (pooler cls_before_pooler)"),
       opt("--fake", action="store_true", help="a hashed bag-of-words encoder instead of a model"),
       opt("--data-dir", default=None), opt("--quick", action="store_true", help="only STS13 and STS-B"),
-      opt("--batch-size", type=positive, default=64),
       opt("--threads", type=positive, default=None, help="torch intra-op threads (default: torch's own)"))
 def sts(args) -> None:
-    """The STS suite: mixcse's evaluator vs SentEval's per-pair encoding loop, same encoder, same scores.
-
-SentEval encodes each batch of pairs' two sides as they come (shared sentences again and again); the evaluator
-encodes each distinct sentence once. The scores must agree (to float noise for a model, whose padding differs)."""
-    data_dir = D.resolve_data_dir(args.data_dir)
+    """The STS suite: mixcse's evaluator vs SentEval's per-pair encoding loop, same encoder, same scores."""
+    data_dir, batch_size = D.resolve_data_dir(args.data_dir), 64
     if args.threads:
         torch.set_num_threads(args.threads)
     tasks = ("STS13", "STSBenchmark") if args.quick else tuple(D.STS_SUBSETS) + ("STSBenchmark", "SICKRelatedness")
     if args.fake:
         encoder, name = HashedBagOfWords(), "hashed bag-of-words (256-d)"
     else:
-        encoder, name = SentenceEncoder.load(args.model, pooler=args.pooler), f"{args.model} ({args.pooler})"
-    warm = D.load_stsb(data_dir, "dev")  # warm-up on sentences of realistic lengths, outside the timed runs
-    encoder.encode(warm.a[:2 * args.batch_size], batch_size=args.batch_size)
+        encoder = SentenceEncoder.load(args.model, pooler="cls_before_pooler")
+        name = f"{args.model} (cls_before_pooler)"
+    encoder.encode(D.load_stsb(data_dir, "dev").a[:128])  # warm-up on sentences of realistic lengths, untimed
     t0 = time.perf_counter()
-    loop_scores, loop_encoded = per_pair_loop(encoder, data_dir, tasks, args.batch_size)
-    loop_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    res = evaluate(encoder, tasks=list(tasks), data_dir=data_dir, batch_size=args.batch_size, verbose=False)
+    loop_scores, loop_encoded = per_pair_loop(encoder, data_dir, tasks, batch_size)
+    loop_s, t0 = time.perf_counter() - t0, time.perf_counter()
+    res = evaluate(encoder, tasks=list(tasks), data_dir=data_dir, batch_size=batch_size, verbose=False)
     eval_s = time.perf_counter() - t0
     ours = {t: {"spearman": res["sts"][t]["spearman"], "pearson": res["sts"][t]["pearson"]} for t in tasks}
     diff = max(abs(ours[t][k] - loop_scores[t][k]) for t in tasks for k in ("spearman", "pearson"))
-    out = {"encoder": name, "tasks": list(tasks), "quick": args.quick, "batch_size": args.batch_size,
+    out = {"encoder": name, "tasks": list(tasks), "quick": args.quick, "batch_size": batch_size,
            "per_pair_loop": {"seconds": round(loop_s, 3), "sentences_encoded": loop_encoded},
            "evaluator": {"seconds": round(eval_s, 3),
                          "sentences_encoded": res["settings"]["encoding"]["distinct_sentences"],
@@ -952,29 +829,25 @@ encodes each distinct sentence once. The scores must agree (to float noise for a
            "note": "SentEval (SimCSE's copy) additionally encodes STS-B and SICK train/dev; only test is timed here",
            "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                        "load_average_after": list(os.getloadavg())}}
-    print(f"per-pair loop: {loop_s:.1f} s ({loop_encoded} encodings); evaluator: {eval_s:.1f} s "
-          f"({out['evaluator']['sentences_encoded']} distinct sentences); speed-up x{out['speedup']}")
+    print(f"per-pair loop: {loop_s:.1f} s ({loop_encoded} encodings); evaluator: {eval_s:.1f} s; x{out['speedup']}")
     if not args.no_write:  # its own record (no command or machine description)
         common.RESULTS.mkdir(parents=True, exist_ok=True)
         (common.RESULTS / "sts_speed.json").write_text(json.dumps(out, indent=2) + "\n")
-    # a model's padding differs between batchings: float noise below the two reported decimals is allowed
-    if diff > (1e-9 if args.fake else 5e-3):
+    if diff > (1e-9 if args.fake else 5e-3):  # a model's padding differs between batchings: float noise
         raise SystemExit(f"scores differ by {diff} (x100) between the two paths")
 
 
 class HashedBagOfWords:
     """A cheap deterministic encoder: mean of fixed Gaussian vectors of hashed tokens."""
-    def __init__(self, dim: int = 256, buckets: int = 1 << 14, seed: int = 0):
-        self.table = np.random.RandomState(seed).randn(buckets, dim).astype(np.float32)
-        self.buckets = buckets
+
+    def __init__(self):
+        self.table = np.random.RandomState(0).randn(1 << 14, 256).astype(np.float32)
 
     def encode(self, sentences, batch_size=64):
-
         out = np.zeros((len(sentences), self.table.shape[1]), dtype=np.float32)
         for i, s in enumerate(sentences):
-            idx = [zlib.crc32(t.encode("utf-8")) % self.buckets for t in s.lower().split()]
-            if idx:
-                out[i] = self.table[idx].mean(0)
+            idx = [zlib.crc32(t.encode("utf-8")) % len(self.table) for t in s.lower().split()]
+            out[i] = self.table[idx].mean(0) if idx else 0.0
         return out
 
 
@@ -987,14 +860,12 @@ def per_pair_loop(encoder, data_dir: Path, tasks, batch_size: int) -> tuple[dict
         sys_all, gold_all = [], []
         for ps in subsets.values():
             order = sorted(range(len(ps)), key=lambda i: (len(ps.a[i].split()), len(ps.b[i].split()), ps.scores[i]))
-            sims = []
             for start in range(0, len(order), batch_size):
                 idx = order[start:start + batch_size]
                 ea = np.asarray(encoder.encode([ps.a[i] for i in idx], batch_size=batch_size), dtype=np.float32)
                 eb = np.asarray(encoder.encode([ps.b[i] for i in idx], batch_size=batch_size), dtype=np.float32)
                 encoded += 2 * len(idx)
-                sims.append(row_cosine(ea, eb))
-            sys_all.append(np.concatenate(sims))
+                sys_all.append(row_cosine(ea, eb))
             gold_all.append(ps.scores[order])
         s, g = np.concatenate(sys_all), np.concatenate(gold_all)
         results[task] = {"spearman": spearman(s, g), "pearson": pearson(s, g)}
@@ -1006,66 +877,47 @@ def per_pair_loop(encoder, data_dir: Path, tasks, batch_size: int) -> tuple[dict
 
 @case("disk-corpus", opt("--workdir", default=str(Path(tempfile.gettempdir()) / "mixcse-streaming")),
       opt("--quick", action="store_true", help="0.4M and 1.2M sentences only"),
-      opt("--keep", action="store_true", help="keep the corpus files and cache entries"),
       opt("--child", nargs=3, help=argparse.SUPPRESS))
 def disk_corpus(args) -> None:
-    """corpus: disk at 0.4M, 4M and 20M sentences: peak RSS (goal: 20M / 0.4M <= 1.2) and tokenisation speed.
-
-The shared corpus repeated 1, 10 and 50 times; each size in a fresh process: tokenise into a new cache entry (timed),
-reopen (timed), mixcse.train 20 steps (stand-in, batch 64); ru_maxrss of the process and of its tokeniser workers.
-corpus: memory runs the same 20 steps at 0.4M and 4M for contrast."""
+    """corpus: disk at 0.4M, 4M and 20M sentences: peak RSS (goal: 20M / 0.4M <= 1.2) and tokenisation speed."""
     if args.child:
         return corpus_child(*args.child)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(workdir / "cache", ignore_errors=True)  # every build is measured from scratch
     repeats = {"0p4m": 1, "1p2m": 3} if args.quick else {"0p4m": 1, "4m": 10, "20m": 50}
+    lines = [line for _, line in iter_lines(CORPUS, what="corpus") if line]
+    block = ("\n".join(lines) + "\n").encode("utf-8")
     rows = {}
     for name, times in repeats.items():
         path = workdir / f"corpus-{name}.txt"
-        rows[name] = {"sentences": write_repeated(path, times), "disk": corpus_run(path, "disk", workdir)}
+        with open(path, "wb") as fh:
+            for _ in range(times):
+                fh.write(block)
+        rows[name] = {"sentences": len(lines) * times, "disk": corpus_run(path, "disk", workdir)}
         if name in ("0p4m", "4m"):
             rows[name]["memory"] = corpus_run(path, "memory", workdir)
     largest = list(repeats)[-1]
-    summary = {f"peak_rss_ratio_{largest}_vs_0p4m": rows[largest]["disk"]["peak_rss_mb"]
-               / rows["0p4m"]["disk"]["peak_rss_mb"],
-               "tokenise_sentences_per_second": rows[largest]["disk"]["tokenise_sentences_per_second"]}
-    print(", ".join(f"{k} {v:,.2f}" for k, v in summary.items()))
     save(args, "streaming_quick" if args.quick else "streaming", {
         "setting": {"model": "stand-in (mini-wiki-mlm)", "batch_size": 64, "train_steps": 20, "max_seq_length": 32},
-        **summary, "rows": rows})
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def write_repeated(path: Path, repeats: int) -> int:
-    """The shared corpus ``repeats`` times over, as plain text; returns the number of lines."""
-    if path.exists():
-        return sum(1 for _ in open(path, "rb"))
-    lines = [line for _, line in iter_lines(CORPUS, what="corpus") if line]
-    block = ("\n".join(lines) + "\n").encode("utf-8")
-    with open(path.with_suffix(".partial"), "wb") as fh:
-        for _ in range(repeats):
-            fh.write(block)
-    path.with_suffix(".partial").rename(path)
-    return len(lines) * repeats
+        f"peak_rss_ratio_{largest}_vs_0p4m": rows[largest]["disk"]["peak_rss_mb"] / rows["0p4m"]["disk"]["peak_rss_mb"],
+        "tokenise_sentences_per_second": rows[largest]["disk"]["tokenise_sentences_per_second"], "rows": rows})
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def corpus_run(train_file: Path, corpus: str, workdir: Path) -> dict:
+    """One measured run (``corpus_child``) in a fresh process."""
     proc = subprocess.run([sys.executable, "-m", "benchmarks.speed", "disk-corpus", "--child", str(train_file), corpus,
-                           str(workdir)], capture_output=True, text=True, cwd=REPO)
+                           str(workdir)], capture_output=True, text=True, cwd=common.REPO)
     if proc.returncode:
         raise SystemExit(proc.stderr[-3000:])
     record = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
-    print(f"  {corpus:6s} {train_file.name}: peak RSS {record['peak_rss_mb']:.0f} MB"
-          + (f", tokenised {record['sequences']:,} in {record['build_s']:.0f} s, reopened in "
-             f"{record['reopen_s']:.2f} s" if corpus == "disk" else ""), flush=True)
+    print(f"  {corpus:6s} {train_file.name}: peak RSS {record['peak_rss_mb']:.0f} MB", flush=True)
     return record
 
 
 def corpus_child(train_file: str, corpus: str, workdir: str) -> None:
-    """One measured run in this process; prints one JSON line."""
-
+    """Tokenise into a new cache entry and reopen it (disk, timed), train 20 steps; prints one RESULT JSON line."""
     values = {"model": str(STAND_IN), "train_file": train_file, "batch_size": 64, "max_steps": 20,
               "select_on": "none", "log_steps": 10, "corpus": corpus, "corpus_cache_dir": f"{workdir}/cache",
               "num_threads": 2}
@@ -1081,7 +933,6 @@ def corpus_child(train_file: str, corpus: str, workdir: str) -> None:
                       tokenise_sentences_per_second=len(built) / record["build_s"])
         del built, tokenizer
     out = Path(workdir) / f"run-{corpus}-{Path(train_file).stem}"
-    shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
     result = trainer.train(values | {"output_dir": str(out)}, progress=False)
     record.update(train_s=time.perf_counter() - t0, steps=result.steps,
@@ -1102,15 +953,10 @@ ONNX_FILES = {"torch fp32": "model.safetensors", "onnx fp32": "onnx/model.onnx",
       opt("--eval", action="store_true", help="the two full evaluations instead of speed and quality"),
       opt("--table", action="store_true", help="print docs/performance.md's table from onnx.json"))
 def onnx(args) -> None:
-    """The ONNX export against torch: speed, file sizes, int8 quality, the full evaluation on both backends.
-
-export_onnx plus a per-tensor int8 graph, 2 threads each: sentences/s at batch 1 and 64 (interleaved; ratios are
-medians of per-round ratios to torch); quality: cosine to torch on the STS-B test sentences, STS average, MQP pair
-AP, SciFact nDCG@10. --eval: `python -m mixcse eval FOLDER --backend torch|onnx` each. Merged into onnx.json."""
+    """The ONNX export against torch: speed, file sizes, int8 quality, the full evaluation; merged into onnx.json."""
     path = common.RESULTS / "onnx.json"
     if args.table:
         return print(onnx_table(json.loads(path.read_text())))
-
     torch.set_num_threads(2)
     record = json.loads(path.read_text()) if path.exists() else {"benchmark": "onnx_speed"}
     entry = record.setdefault("models", {}).setdefault(args.name, {})
@@ -1130,26 +976,24 @@ AP, SciFact nDCG@10. --eval: `python -m mixcse eval FOLDER --backend torch|onnx`
             encoders = onnx_encoders(folder, per_tensor)
             sentences = list(dict.fromkeys(D.load_stsb(DOWNSTREAM, "test").sentences()))
             entry["speed"] = onnx_speed(encoders, sentences, args.rounds)
-            print(json.dumps(entry["speed"], indent=1), flush=True)
             entry["quality"] = onnx_quality(encoders, sentences)
             entry["quality_sentences"] = f"{len(sentences)} distinct STS-B test sentences"
     record.update(date=time.strftime("%Y-%m-%d %H:%M:%S"), code=common.code_version(), threads=2,
                   machine=common.machine_info())
     entry["updated"] = record["date"]
+    print(json.dumps(entry, indent=1))
     if not args.no_write:
         common.RESULTS.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=2) + "\n")
-        print(f"wrote {path}")
 
 
 def onnx_encoders(folder: Path, per_tensor: Path) -> dict:
-    encoders = {"torch fp32": SentenceEncoder.load(folder, device="cpu"),
-                "onnx fp32": SentenceEncoder.load(folder, backend="onnx", threads=2),
-                "onnx int8 per-channel": SentenceEncoder.load(folder, backend="onnx", precision="int8", threads=2)}
     pt = OnnxSentenceEncoder.load(folder, precision="int8", threads=2)
-    pt.graph = open_graph(per_tensor, 2)
-    pt.fingerprint += "-per-tensor"
-    return {**encoders, "onnx int8 per-tensor": pt}
+    pt.graph, pt.fingerprint = open_graph(per_tensor, 2), pt.fingerprint + "-per-tensor"
+    return {"torch fp32": SentenceEncoder.load(folder, device="cpu"),
+            "onnx fp32": SentenceEncoder.load(folder, backend="onnx", threads=2),
+            "onnx int8 per-channel": SentenceEncoder.load(folder, backend="onnx", precision="int8", threads=2),
+            "onnx int8 per-tensor": pt}
 
 
 def onnx_speed(encoders: dict, sentences: list[str], rounds: int) -> dict:
@@ -1168,26 +1012,21 @@ def onnx_speed(encoders: dict, sentences: list[str], rounds: int) -> dict:
 def onnx_quality(encoders: dict, sentences: list[str]) -> dict:
     from sklearn.metrics import average_precision_score
 
-    with open(SHARED / "data/domain/medical-questions/pairs/test.tsv", newline="", encoding="utf-8") as fh:
+    with open(common.SHARED / "data/domain/medical-questions/pairs/test.tsv", newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
     labels = np.asarray([int(r["label"]) for r in rows])
-
-    def cosines(a, b):
-        return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-
     reference, out = encoders["torch fp32"].encode(sentences), {}
     for name, enc in encoders.items():
         emb = enc.encode(sentences)
-        cos = cosines(emb, reference)
-        pair_cos = cosines(enc.encode([r["sentence1"] for r in rows]), enc.encode([r["sentence2"] for r in rows]))
+        cos = row_cosine(emb, reference)
+        pair_cos = row_cosine(enc.encode([r["sentence1"] for r in rows]), enc.encode([r["sentence2"] for r in rows]))
         sts_avg = evaluate(enc, tasks="sts", data_dir=DOWNSTREAM, verbose=False)["sts"]["avg"]
-        retrieval = evaluate(enc, tasks="retrieval", retrieval_data=SHARED / "data/domain/scifact",
+        retrieval = evaluate(enc, tasks="retrieval", retrieval_data=common.SHARED / "data/domain/scifact",
                              verbose=False)["retrieval"]
         out[name] = {"cosine_to_torch_fp32": {"min": round(float(cos.min()), 4), "mean": round(float(cos.mean()), 4)},
                      "max_abs_diff_to_torch_fp32": float(np.abs(emb - reference).max()), "sts_avg": round(sts_avg, 2),
                      "mqp_test_pair_ap": round(100 * average_precision_score(labels, pair_cos), 2),
                      "scifact_test_ndcg@10": round(retrieval["ndcg@10"], 2)}
-        print(name, out[name], flush=True)
     return out
 
 
@@ -1202,7 +1041,6 @@ def onnx_full_eval(folder: Path) -> dict:
             runs[backend] = {"wall_seconds": round(time.perf_counter() - t0, 1),
                              "phases_seconds": res["settings"]["seconds"], "sts": res["sts"],
                              "transfer_acc": scores(res, "transfer"), "transfer_avg": res["transfer"]["avg"]}
-            print(backend, runs[backend]["wall_seconds"], flush=True)
     t, o = runs["torch"], runs["onnx"]
     return {"command": "python -m mixcse eval MODEL --backend torch|onnx (all 14 tasks, default settings)",
             "runs": runs, "max_abs_diff_sts": round(max_diff(scores(t, "sts"), scores(o, "sts")), 4),
@@ -1239,8 +1077,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.split("\n\n")[0])
     cases = top.add_subparsers(dest="case", required=True, metavar="CASE")
     for name, (fn, options) in CASES.items():
-        sub = cases.add_parser(name, help=fn.__doc__.split("\n")[0], description=fn.__doc__,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = cases.add_parser(name, help=fn.__doc__, description=fn.__doc__)
         sub.add_argument("--results", type=Path, help="folder of the JSON (default benchmarks/results)")
         sub.add_argument("--no-write", action="store_true", help="write no JSON")
         for flags, kw in options:
