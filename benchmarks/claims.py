@@ -452,7 +452,6 @@ def steps_probe(args) -> int:
     return 0
 
 
-
 # ------------------------------------------------------------------------------------------ the batch study
 VS_BATCH_64 = report.Paired("", report.sts_avg, judged=False)  # "+0.12 ± 0.30 (n=3); better on ..."
 

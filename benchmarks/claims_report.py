@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from benchmarks.common import REPO, RESULTS
+from benchmarks.common import REPO, RESULTS, pyplot
 from mixcse.losses import PRESETS
 from mixcse.training.config import TrainConfig
 from mixcse.utils.tables import STS_TASKS, TRANSFER_TASKS, markdown_table, number
@@ -324,7 +324,6 @@ def ablation_claim(runs: dict[str, dict[int, dict]]) -> str:
     return text
 
 
-
 def signal_claim(mix: dict, sim: dict) -> str:
     if not (mix and sim):
         return "4. *Hard-negative signal / gradient.* n/a"
@@ -500,11 +499,7 @@ def _figure(path: Path, bbs: list[str], size: tuple[float, float], draw, xlabel:
     """One panel per backbone, ``draw(ax, plt, backbone)`` fills each (and returns its title); saved at ``path``."""
     if not bbs:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(bbs), figsize=(size[0] * len(bbs), size[1]), squeeze=False)
     for ax, bb in zip(axes[0], bbs):
         ax.set_title(draw(ax, plt, bb), fontsize=9)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -200,15 +199,29 @@ def command_line() -> str:
     return " ".join([Path(sys.executable).name] + argv)
 
 
-def write_result(name: str, payload: dict) -> Path:
-    """``payload`` with the benchmark's name, command, date and machine, as ``RESULTS/name.json``."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    record = {"benchmark": name, "command": command_line(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "machine": machine_info(), **payload}
-    path.write_text(json.dumps(record, indent=2, default=float) + "\n")
-    print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+def write_result(name: str, payload: dict, *, path: Path | None = None, command: str | None = None,
+                 machine: bool = True) -> Path:
+    """``payload`` with the benchmark's name, command, date and (``machine``) machine, at ``path`` (default
+    ``RESULTS/name.json``); written atomically, a non-finite number as null."""
+    from mixcse.utils.files import atomic_write_json, to_jsonable
+
+    path = path or RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"benchmark": name, "command": command or command_line(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+              **({"machine": machine_info()} if machine else {}), **payload}
+    atomic_write_json(path, to_jsonable(record))
+    print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}", flush=True)
     return path
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no screen)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def single_instance(path: Path, who: str) -> bool:

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from mixcse.cli.encode import check_backend
+from mixcse.cli.encode import BACKENDS, INFERENCE_PRECISIONS, check_backend
 from mixcse.errors import MixCSEError
 from mixcse.evaluation.classifiers import CLASSIFIER_ALIASES, CLASSIFIERS, DEFAULT_CLASSIFIER
 from mixcse.evaluation.runner import evaluate, expand_tasks, format_tables
@@ -54,10 +54,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--overwrite", action="store_true", help="allow replacing an existing --output file")
     parser.add_argument("--cache-dir", default=None, help="on-disk embedding cache, keyed by model fingerprint")
     parser.add_argument("--batch-size", type=int, default=64, help="encoding batch size (default 64)")
-    parser.add_argument("--backend", choices=("torch", "onnx"), default="torch",
+    parser.add_argument("--backend", choices=BACKENDS, default="torch",
                         help="torch (default), or onnx: onnxruntime on the folder's onnx/model.onnx from `mixcse "
                              "export` (docs/integration.md); model cards keep torch fp32 results only")
-    parser.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32",
+    parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="fp32",
                         help="bf16 (torch backend): encode under bfloat16 autocast, ~2x faster on CPUs with "
                              "AVX512-BF16/AMX and on GPUs; STS moves by ~0.01, a transfer probe's choice of L2 can "
                              "flip (MRPC -0.87 measured): for quick looks, not for tables (docs/evaluation.md); "

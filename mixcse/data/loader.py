@@ -44,14 +44,14 @@ class CorpusLoader:
         if cfg.corpus == "disk":
             Segments(cfg.train_file, text_column=cfg.text_column, segment=cfg.segment, min_words=cfg.min_words,
                      dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
-        elif cfg.positives != "dropout":
+            return
+        if cfg.positives != "dropout":
             self.sentences, self.text_stats = read_positive_pairs(
                 cfg.train_file, positives=cfg.positives, text_column=cfg.text_column, min_words=cfg.min_words,
                 dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
-            self.plan = BatchPlan(len(self.sentences), cfg.batch_size, cfg.seed)
         else:
             self.sentences, self.text_stats = read_training_text(cfg)
-            self.plan = BatchPlan(len(self.sentences), cfg.batch_size, cfg.seed)
+        self.plan = BatchPlan(len(self.sentences), cfg.batch_size, cfg.seed)
 
     def open(self, tokenizer, *, progress: bool = True) -> tuple[Corpus, str]:
         cfg = self.cfg
@@ -70,8 +70,6 @@ class CorpusLoader:
 def open_corpus(cfg, tokenizer, *, progress: bool = True) -> tuple[Corpus, str]:
     """``CorpusLoader(cfg).open(tokenizer)``: both phases at once."""
     return CorpusLoader(cfg).open(tokenizer, progress=progress)
-
-
 
 
 class BatchPlan:
