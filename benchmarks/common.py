@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import itertools
 import os
 import platform
 import statistics
@@ -25,28 +25,21 @@ START_LOADAVG = os.getloadavg()  # the machine is shared: its load is part of ev
 
 
 def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return platform.processor() or "unknown"
+    """The CPU's model name as /proc/cpuinfo (and lscpu) give it, else platform.processor()."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    names = [line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")]
+    return names[0] if names else platform.processor() or "unknown"
 
 
 def machine_info() -> dict:
     import torch
 
+    from mixcse.training.trainer import cpu_supports_bf16
+
     info = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-            "load_average_1_5_15min_at_start": START_LOADAVG, "load_average_1_5_15min_at_end": os.getloadavg()}
-    try:
-        from mixcse.training.trainer import cpu_supports_bf16
-
-        info["cpu_bf16"] = cpu_supports_bf16()
-    except ImportError:
-        pass
+            "load_average_1_5_15min_at_start": START_LOADAVG, "load_average_1_5_15min_at_end": os.getloadavg(),
+            "cpu_bf16": cpu_supports_bf16()}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
@@ -71,16 +64,7 @@ def read_corpus(n: int, *, skip: int = 0, path: Path = CORPUS) -> list[str]:
     """The first ``n`` non-blank lines after ``skip`` of the shared corpus (read lazily: no full decompression)."""
     from mixcse.data.reader import iter_lines
 
-    out: list[str] = []
-    for _, line in iter_lines(path, what="corpus"):
-        if not line:
-            continue
-        if skip:
-            skip -= 1
-            continue
-        out.append(line)
-        if len(out) >= n:
-            break
+    out = list(itertools.islice((line for _, line in iter_lines(path, what="corpus") if line), skip, skip + n))
     if len(out) < n:
         raise SystemExit(f"{path} has fewer than {n} sentences")
     return out
@@ -102,20 +86,18 @@ def model_setup(cfg, ctx, threads: int, seed: int):
     return encoder, tokenizer, build_optimizer(encoder, cfg, ctx.device)
 
 
-def interleaved(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 1,
-                timer: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+def interleaved(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 1) -> dict[str, list[float]]:
     """Time each function ``repeats`` times, alternating between them (order reversed every round so that a
     drifting machine load does not favour one side); ``warmup`` untimed rounds first. Returns seconds per call."""
     names = list(fns)
-    for _ in range(warmup):
-        for name in names:
-            fns[name]()
+    for name in names * warmup:
+        fns[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
         for name in (names if r % 2 == 0 else names[::-1]):
-            t0 = timer()
+            t0 = time.perf_counter()
             fns[name]()
-            times[name].append(timer() - t0)
+            times[name].append(time.perf_counter() - t0)
     return times
 
 
@@ -131,37 +113,26 @@ def summarise(xs: list[float]) -> dict:
 
 
 def peak_cpu_bytes(fn: Callable[[], object]) -> tuple[int, object]:
-    """Peak bytes of torch CPU-allocator memory that ``fn`` holds above what was live when it started.
-
-    Uses torch.profiler(profile_memory=True): every allocation and free through the c10 CPU allocator is an event
-    with a signed size and a timestamp; the peak of their running sum, in time order, is the high-water mark.
-    (Memory outside the torch allocator, e.g. oneDNN scratch space, is not seen; it is small and equal for both
-    sides.) Timings taken under the profiler are not used.
-    """
+    """Peak bytes of torch CPU-allocator memory that ``fn`` holds above what was live when it started, and its result:
+    the high-water mark of the running sum of torch.profiler(profile_memory=True)'s allocation and free events, in
+    time order (memory outside the torch allocator, e.g. oneDNN scratch space, is not seen)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = fn()
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
-              and str(e.device_type()).endswith("CPU")]
-    events.sort(key=lambda e: e.start_ns())
-    current = peak = 0
-    for e in events:
-        current += e.nbytes()
-        peak = max(peak, current)
-    return peak, result
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+                     and str(e.device_type()).endswith("CPU")), key=lambda e: e.start_ns())
+    return max(itertools.accumulate([0] + [e.nbytes() for e in events])), result
 
 
 def check_peak_meter() -> float:
-    """Self-test of ``peak_cpu_bytes``: 100 MB then 50 MB held together, then freed -> 150 MB. Returns MB."""
+    """Self-test of ``peak_cpu_bytes``: 100 MB then 50 MB held together, freed, then 20 MB -> 150 MB. Returns MB."""
     import torch
 
     def f():
-        a = torch.ones(25_000_000)
-        b = torch.ones(12_500_000)
-        del a
-        c = torch.ones(5_000_000)
-        del b, c
+        a, b = torch.ones(25_000_000), torch.ones(12_500_000)
+        del a, b
+        torch.ones(5_000_000)
 
     peak, _ = peak_cpu_bytes(f)
     if abs(peak - 150_000_000) > 1_000_000:
@@ -180,17 +151,6 @@ def code_version() -> str:
     return commit + ("+changes" if dirty else "")
 
 
-def json_safe(value):
-    """``value`` with every NaN float as None, so the JSON is valid for strict parsers."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
-
-
 def command_line() -> str:
     """This process's command as typed: ``python -m benchmarks.NAME ...`` for a module of this package."""
     argv = list(sys.argv)
@@ -206,7 +166,6 @@ def write_result(name: str, payload: dict, *, path: Path | None = None, command:
     from mixcse.utils.files import atomic_write_json, to_jsonable
 
     path = path or RESULTS / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     record = {"benchmark": name, "command": command or command_line(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               **({"machine": machine_info()} if machine else {}), **payload}
     atomic_write_json(path, to_jsonable(record))
@@ -216,11 +175,9 @@ def write_result(name: str, payload: dict, *, path: Path | None = None, command:
 
 def pyplot():
     """matplotlib's pyplot on the Agg backend (files only, no screen)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.switch_backend("Agg")
     return plt
 
 
