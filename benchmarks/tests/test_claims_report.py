@@ -18,7 +18,7 @@ FIGURES = ("claims_cosines.png", "claims_gradnorm.png", "claims_max_angle.png", 
                                            ("paper_claims_fp32.json", "docs/claims-fp32")])
 def test_the_committed_docs_tables_are_what_the_report_makes_of_the_committed_json(results, docs):
     path, docs = RESULTS / results, REPO / docs
-    text = claims_report.generated(claims_report.load_results(path), path, docs, [docs / f for f in FIGURES])
+    text = claims_report.render(claims_report.load_results(path), [docs / f for f in FIGURES], path, docs)
     page = (docs / "results.md").read_text(encoding="utf-8")
     begin = page.index(claims_report.RESULTS_BEGIN) + len(claims_report.RESULTS_BEGIN) + 1
     assert page[begin:page.index(claims_report.RESULTS_END)] == text + "\n"
@@ -120,8 +120,8 @@ def test_ablation_order_is_judged_on_seeds_both_have():
     data = with_ablation_runs({"mixcse-single": {0: 79.48, 2: 79.58}, "mixcse-wo-sg": {0: 79.3, 2: 79.4}})
     line = next(x for x in claims_report.verdicts(data, "minilm") if x.startswith("3."))
     # single's mean (79.53) is above full's (79.50), but on the seeds both ran full is ahead by 0.02 each time
-    assert "full − single +0.02 ± 0.00 (n=2)" in line and "full > single: **held**" in line
-    assert "single > wo-sg: **held**" in line and ".* **held**: 79.50 / 79.53 / 79.35" in line
+    assert "full − single: **held**, +0.02 ± 0.00 (n=2)" in line
+    assert "single − wo-sg: **held**" in line and ".* **held**: 79.50 / 79.53 / 79.35" in line
 
 
 def test_an_ablation_step_within_noise_is_not_shown_and_one_beyond_it_against_the_order_fails():
@@ -129,13 +129,13 @@ def test_an_ablation_step_within_noise_is_not_shown_and_one_beyond_it_against_th
     data = with_ablation_runs({"mixcse-single": {0: 79.4, 1: 79.5, 2: 79.5},
                                "mixcse-wo-sg": {0: 79.6, 1: 79.7, 2: 79.7}})
     line = next(x for x in claims_report.verdicts(data, "minilm") if x.startswith("3."))
-    assert "full > single: **not shown** (within noise)" in line and "single > wo-sg: **did not hold**" in line
+    assert "full − single: **not shown** (within noise)" in line and "single − wo-sg: **did not hold**" in line
     assert ".* **did not hold**: 79.50 / 79.47 / 79.67" in line
     for r in data["runs"]:  # wo-sg now 0.2 below single on every seed: only full > single is left unshown
         if r["preset"] == "mixcse-wo-sg":
             r["sts"]["avg"] -= 0.4
     line = next(x for x in claims_report.verdicts(data, "minilm") if x.startswith("3."))
-    assert ".* **not shown** (within noise): 79.50 / 79.47 / 79.27" in line and "single > wo-sg: **held**" in line
+    assert ".* **not shown** (within noise): 79.50 / 79.47 / 79.27" in line and "single − wo-sg: **held**" in line
 
 
 def synthetic_probe(avgs: dict[str, list[float]]) -> dict:
@@ -184,25 +184,22 @@ def test_zero_spreads_give_no_ratio_t_test_or_levene_and_no_warning():
                                "spread 0.00 vs 0.00, Levene p = n/a")
 
 
-def test_a_claim_is_data_rendered_by_one_function(monkeypatch):
+def test_a_claim_line_joins_its_paired_checks():
     data = synthetic_results()  # STS avg: SimCSE 79.0 / 79.2 / 78.9, MixCSE 79.5 / 79.4 / 79.6 on seeds 0 / 1 / 2
     runs = {p: claims_report.by_seed(data["runs"], "minilm", p, 20) for p in ("simcse", "mixcse")}
-    lower = claims_report.Paired("STS avg", claims_report.sts_avg, sign=-1, unit=" points", means="", paper=-1.0)
-    angle = claims_report.Paired("Max angle", claims_report.value_of("analysis", "max_angle"), wins=False, judged=False)
-    monkeypatch.setitem(claims_report.CLAIMS, 9, claims_report.Claim("*SimCSE is lower.*", "simcse", "mixcse",
-                                                                     (lower, angle)))
-    line = claims_report.render_claim(9, runs)
-    assert line.startswith("9. *SimCSE is lower.* STS avg: **held**, -0.47 ± 0.25 (n=3) points; better on 3/3 seeds")
-    assert "(SimCSE 79.03 ± 0.15 (n=3) vs MixCSE 79.50 ± 0.10 (n=3)). Max angle +0.00 ± 0.00 (n=3)." in line
-    assert line.endswith(". The STS gain is 47% of the paper's -1.00.")
-    higher = claims_report.Claim("*SimCSE is higher.*", "simcse", "mixcse", (replace(lower, sign=1, means=None),))
-    monkeypatch.setitem(claims_report.CLAIMS, 9, higher)
-    assert claims_report.render_claim(9, runs).startswith(
-        "9. *SimCSE is higher.* STS avg: **did not hold**, -0.47 ± 0.25 (n=3) points; better on 0/3 seeds")
-    no_data = claims_report.Claim("*Spread.*", "simcse", "mixcse", (angle, replace(lower, metric=lambda r: None)),
-                                  na="*Spread.* n/a")  # a judged check without data: the whole line is n/a
-    monkeypatch.setitem(claims_report.CLAIMS, 9, no_data)
-    assert claims_report.render_claim(9, runs) == "9. *Spread.* n/a"
+    lower = claims_report.Paired("STS avg", claims_report.sts_avg, sign=-1, unit=" points", means="", share=-1.0)
+    angle = claims_report.Paired("Max angle", claims_report.value_of("analysis", "max_angle"), judged=False)
+    never = claims_report.Paired("Never run", lambda r: None)  # a check no run has a value for is left out
+    line = claims_report.checks_line(runs, "simcse", "mixcse", lower, angle, never)
+    assert line.startswith("STS avg: **held**, -0.47 ± 0.25 (n=3) points; better on 3/3 seeds")
+    assert line.endswith("(SimCSE 79.03 ± 0.15 (n=3) vs MixCSE 79.50 ± 0.10 (n=3)) (+46.7% of the paper's -1.00). "
+                         "Max angle +0.00 ± 0.00 (n=3); better on 0/3 seeds.")
+    higher = replace(lower, sign=1, means=None, share=None)
+    assert claims_report.checks_line(runs, "simcse", "mixcse", higher) == (
+        "STS avg: **did not hold**, -0.47 ± 0.25 (n=3) points; better on 0/3 seeds, paired t-test p = 0.085 (n=3), "
+        "not significant.")
+    bare = {p: {seed: {**r, "analysis": None} for seed, r in g.items()} for p, g in runs.items()}
+    assert claims_report.spread_claim(bare) == "*Spread / uniformity.* n/a"  # a judged check without data
 
 
 def test_both_transfer_probes_are_judged_and_tabled_side_by_side():
