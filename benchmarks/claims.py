@@ -4,6 +4,8 @@
     python -m benchmarks.claims report              # docs/results.md + docs/claims_*.png from the JSON (claims_report)
     python -m benchmarks.claims batch --threads 2   # MixCSE at batch 64 / 512 / 2048 -> batch_size.json
     python -m benchmarks.claims steps --model M --corpus C --data D --out probe.json --jobs 10  # the GPU seed probes
+    python -m benchmarks.claims steps ... --steps 200 --eval-steps 25 --seeds 0 1 2 3 4 5 6 7 8 9 \
+        --presets simcse mixcse mixcse-single mixcse-wo-sg --jobs 10  # -> seeds_probe_gpu.json (its "settings")
 
 paper: each (backbone, variant, seed) trains under ``benchmarks/cache/runs/``, its best checkpoint of training on
 STS-B dev (training_best) evaluated once on STS, transfer (two probes, same embeddings) and the analysis; the results
@@ -15,7 +17,6 @@ docs/claims-fp32/results.md, docs/scale.md. List options take commas, spaces or 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing
 import os
@@ -411,17 +412,21 @@ def steps_probe(args) -> int:
     settings = {k: getattr(args, k) for k in ("model", "corpus", "data", "presets", "seeds", "steps", "eval_steps",
                                               "lr", "pooler", "jobs")} | {"out": str(args.out), "threads": threads}
     todo, records, t_all = [(v, seed) for seed in args.seeds for v in args.presets], [], time.perf_counter()
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(args.jobs, mp_context=spawn) if args.jobs > 1 else contextlib.nullcontext() as pool:
-        done = ((fut.result() for fut in as_completed([pool.submit(probe_run, base, v, s) for v, s in todo])) if pool
-                else (probe_run(base, v, s) for v, s in todo))
-        for rec in done:
-            records.append(rec)
-            print(f"{rec['preset']:14s} seed {rec['seed']}: dev {rec['raw_dev']:.2f} -> {rec['best_dev']:.2f} "
-                  f"@ {rec['best_step']}, STS avg {rec['sts']['avg']:.2f} ({rec['train_seconds']:.0f} s)", flush=True)
-            records.sort(key=lambda r: (r["seed"], args.presets.index(r["preset"])))
-            args.out.write_text(json.dumps({"settings": settings, "wall_seconds": time.perf_counter() - t_all,
-                                            "runs": records}, indent=1))
+
+    def finished_runs():
+        if args.jobs == 1:
+            yield from (probe_run(base, v, s) for v, s in todo)
+            return
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            yield from (f.result() for f in as_completed([pool.submit(probe_run, base, v, s) for v, s in todo]))
+
+    for rec in finished_runs():
+        records.append(rec)
+        print(f"{rec['preset']:14s} seed {rec['seed']}: dev {rec['raw_dev']:.2f} -> {rec['best_dev']:.2f} "
+              f"@ {rec['best_step']}, STS avg {rec['sts']['avg']:.2f} ({rec['train_seconds']:.0f} s)", flush=True)
+        records.sort(key=lambda r: (r["seed"], args.presets.index(r["preset"])))
+        args.out.write_text(json.dumps({"settings": settings, "wall_seconds": time.perf_counter() - t_all,
+                                        "runs": records}, indent=1))
     print("\n".join(report.probe_section({"runs": records})))
     print(f"{len(records)} runs in {time.perf_counter() - t_all:.0f} s wall, {args.jobs} at once")
     return 0
@@ -468,21 +473,25 @@ def batch_summary(data: dict) -> list[dict]:
 
 
 def batch_study(args, backbones: list[str]) -> int:
-    """The batch sizes' runs (the recorded batch-64 ones of --reuse-from copied); the summary after each."""
+    """The batch sizes' runs (the recorded batch-64 ones of --reuse-from copied); the summary written after each,
+    printed at the end."""
     jobs = batch_plan(backbones, args.presets, args.seeds, args.batch_sizes, args.precision, args.transfer, args.steps)
     settings = {"recipe": "benchmarks/claims.py (the claims table), batch size varied, equal sentences",
                 "backbones": {bb: {**BACKBONES[bb], **COMMON} for bb in backbones}, "batch_sizes": args.batch_sizes,
                 "mini_batch_size": TABLE_BATCH, "precision": args.precision,
                 "steps": args.steps or "equal sentences (64 / batch × the table's)", "transfer": args.transfer}
 
-    def summary() -> None:
+    def summary(show: bool = False) -> None:
         data = save_results(args.results, lambda d: d.__setitem__("summary", batch_summary(d)), settings)
-        for r in data["summary"]:
+        for r in data["summary"] if show else []:
             print(f"{r['backbone']} {report.variant_label(r['preset'], r['lam'])} {r['eval_precision']} batch "
                   f"{r['batch_size']}, {r['steps']} steps: STS avg {report.cell([r['sts_avg_mean']], show_n=False)} "
                   f"(n={r['n']}), minus batch 64 {r['sts_avg_minus_batch64_text'] or '--'}", flush=True)
 
-    return run_table(args, [("run", job) for job in jobs], args.reuse_from, after=summary)
+    code = run_table(args, [("run", job) for job in jobs], args.reuse_from, after=summary)
+    if code != 2 and not args.dry_run and args.results.exists():  # 2: another run holds the lock
+        summary(show=True)
+    return code
 
 
 # ------------------------------------------------------------------------------------------------- the CLI

@@ -56,8 +56,8 @@ def load_results(path: Path = RESULTS_JSON) -> dict:
 
 # ------------------------------------------------------------------------------------------------ statistics
 def mean_std(xs) -> tuple[float | None, float | None, int]:
-    """Mean, sample std (None below two values) and count of the values of ``xs`` that are not None."""
-    xs = [float(x) for x in xs if x is not None]
+    """Mean, sample std (None below two values) and count of the finite values of ``xs`` (None, NaN left out)."""
+    xs = [float(x) for x in xs if x is not None and math.isfinite(x)]
     return statistics.fmean(xs) if xs else None, statistics.stdev(xs) if len(xs) > 1 else None, len(xs)
 
 
@@ -134,9 +134,9 @@ def by_seed(runs: list[dict], backbone: str, preset: str, steps: int) -> dict[in
 
 
 def paired(a: dict[int, dict], b: dict[int, dict], fn) -> list[float]:
-    """fn(run_a) - fn(run_b) for every seed both have (and both have a value for)."""
+    """fn(run_a) - fn(run_b) for every seed both have (and both have a finite value for)."""
     values = [(fn(a[seed]), fn(b[seed])) for seed in sorted(set(a) & set(b))]
-    return [va - vb for va, vb in values if va is not None and vb is not None]
+    return [va - vb for va, vb in values if mean_std([va, vb])[2] == 2]  # mean_std counts the finite values
 
 
 def value_of(field: str, key: str = "avg") -> Callable[[dict], float | None]:
@@ -236,7 +236,7 @@ def ablation_claim(runs: dict[str, dict[int, dict]]) -> str:
     names, steps = {full: "full", single: "single", wo_sg: "wo-sg"}, [(full, single), (single, wo_sg), (full, wo_sg)]
     paper = " / ".join(f"{PAPER[p]['sts'][0]:.2f}" for p in ABLATION)
     gaps = ", ".join(f"{PAPER[a]['sts'][0] - PAPER[b]['sts'][0]:+.2f}" for a, b in steps[:2])
-    text = f"*full > single > wo-sg on STS avg (paper {paper}; steps {gaps}).*"
+    text = f"*full > single > wo-sg on STS avg (paper {paper}; gaps {gaps}).*"
     for prefix, metric in [("", sts_avg)] + [(f" On transfer avg ({name}):", fn) for _, name, fn in PROBES_OF_TRANSFER]:
         means = [mean_std([metric(r) for r in runs[p].values()]) for p in ABLATION]
         if prefix and all(m[0] is None for m in means):
@@ -533,7 +533,10 @@ def render(data: dict, figures: list[Path], path: Path = RESULTS_JSON, docs: Pat
                          "Each variant minus MixCSE (λ = 0.2) on the same seeds (same data order), mean ± std of the "
                          "per-seed differences; in parentheses the variant's own STS avg / transfer avg.")
     if probes:
-        out += _sections("## More seeds on a GPU (STS only)", probes)
+        out += _sections("## More seeds on a GPU (STS only)", probes, "`python -m benchmarks.claims steps` on an "
+                         "NVIDIA H200 (bf16 autocast, 10-12 runs at once, a 100k-sentence slice of the corpus, an fp16 "
+                         "copy of MiniLM's weights): a separate experiment from the CPU table; compare rows within a "
+                         "table, not across.")
     out += _sections("## Ablation: STS avg / transfer avg", {bb: ablation_table(data, bb) for bb in backbones})
     for section, name in [("sts", "STS (Spearman ×100)")] + [
             (field, f"Transfer, {name} (test accuracy ×100)") for field, name, _ in transfer_probes(data)]:

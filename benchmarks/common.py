@@ -25,7 +25,7 @@ START_LOADAVG = os.getloadavg()  # the machine is shared: its load is part of ev
 
 
 def cpu_model() -> str:
-    """The CPU's model name as /proc/cpuinfo (and lscpu) give it, else platform.processor()."""
+    """The CPU's model name as /proc/cpuinfo gives it, else platform.processor()."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     names = [line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")]
     return names[0] if names else platform.processor() or "unknown"
