@@ -461,14 +461,14 @@ def batch_summary(data: dict) -> list[dict]:
         base_steps = table_steps if steps == equal_sentences(table_steps, batch) else steps
         base = groups.get((bb, preset, lam, precision, TABLE_BATCH, base_steps), {})
         diffs = report.paired(runs, base, report.sts_avg) if batch != TABLE_BATCH else []
-        mean, std, n = report.mean_std([report.sts_avg(r) for r in runs.values()])
+        mean, std, n = common.mean_std([report.sts_avg(r) for r in runs.values()])
         rows.append({"backbone": bb, "preset": preset, "lam": lam, "eval_precision": precision, "batch_size": batch,
                      "steps": steps, "sentences": steps * batch, "n": n, "sts_avg_mean": mean, "sts_avg_std": std,
-                     "best_dev_mean": report.mean_std([r.get("best_dev") for r in runs.values()])[0],
+                     "best_dev_mean": common.mean_std([r.get("best_dev") for r in runs.values()])[0],
                      "sts_avg_minus_batch64": diffs,
                      "sts_avg_minus_batch64_mean": statistics.fmean(diffs) if diffs else None,
                      "sts_avg_minus_batch64_text": report.compare(VS_BATCH_64, runs, base).strip() if diffs else None,
-                     "train_seconds_mean": report.mean_std([r.get("train_seconds") for r in runs.values()])[0]})
+                     "train_seconds_mean": common.mean_std([r.get("train_seconds") for r in runs.values()])[0]})
     return rows
 
 

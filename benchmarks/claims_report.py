@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
-from benchmarks.common import REPO, RESULTS, pyplot, write_block
+from benchmarks.common import REPO, RESULTS, finite, mean_std, pyplot, t_test_p, write_block
 from mixcse.losses import PRESETS
 from mixcse.training.config import TrainConfig
 from mixcse.utils.tables import STS_TASKS, TRANSFER_TASKS, markdown_table, number
@@ -55,12 +55,6 @@ def load_results(path: Path = RESULTS_JSON) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ statistics
-def mean_std(xs) -> tuple[float | None, float | None, int]:
-    """Mean, sample std (None below two values) and count of the finite values of ``xs`` (None, NaN left out)."""
-    xs = [float(x) for x in xs if x is not None and math.isfinite(x)]
-    return statistics.fmean(xs) if xs else None, statistics.stdev(xs) if len(xs) > 1 else None, len(xs)
-
-
 def direction(diffs: list[float], sign: int = 1) -> bool | None:
     """True when the mean of ``diffs`` has ``sign`` beyond two standard errors of 0, False when it has the other sign
     beyond them, None within them (noise). A single value has no error to judge: its sign decides."""
@@ -91,11 +85,8 @@ def wins(diffs: list[float], sign: int = 1) -> str:
     out = f"; better on {sum(sign * d > 0 for d in diffs)}/{len(diffs)} seeds"
     if len(diffs) < 2:
         return out + " (a single seed: untested)"
-    if statistics.stdev(diffs) == 0:
+    if (p := t_test_p(diffs)) is None:
         return out
-    from scipy import stats
-
-    p = stats.ttest_1samp(diffs, 0.0).pvalue
     return out + f", paired t-test p = {p:.2g} (n={len(diffs)})" + ("" if p < 0.05 else ", not significant")
 
 
@@ -136,7 +127,7 @@ def by_seed(runs: list[dict], backbone: str, preset: str, steps: int) -> dict[in
 def paired(a: dict[int, dict], b: dict[int, dict], fn) -> list[float]:
     """fn(run_a) - fn(run_b) for every seed both have (and both have a finite value for)."""
     values = [(fn(a[seed]), fn(b[seed])) for seed in sorted(set(a) & set(b))]
-    return [va - vb for va, vb in values if mean_std([va, vb])[2] == 2]  # mean_std counts the finite values
+    return [va - vb for va, vb in values if finite(va) and finite(vb)]
 
 
 def value_of(field: str, key: str = "avg") -> Callable[[dict], float | None]:
@@ -430,9 +421,9 @@ def fig_lines(data: dict, path: Path, ylabel: str, title: str, presets, keys, st
     """Curves over training, a colour per preset, a line per (key, label, style) of ``keys``: the mean over seeds at
     the steps all of them logged, in a band from min to max (``first_seed``: that seed alone)."""
     def draw(ax, plt, bb):
-        seeds = set()
+        seeds, steps = set(), main_steps(data["runs"], bb)
         for i, preset in enumerate(presets):
-            runs = [r for _, r in sorted(by_seed(data["runs"], bb, preset, main_steps(data["runs"], bb)).items())]
+            runs = [r for _, r in sorted(by_seed(data["runs"], bb, preset, steps).items())]
             runs = runs[:1] if first_seed else runs
             seeds |= {r["seed"] for r in runs}
             for key, label, style in keys:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import platform
 import statistics
@@ -105,6 +106,23 @@ def summarise(xs: list[float]) -> dict:
     xs = sorted(xs)
     q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0], xs[0], xs[0]]
     return {"median": statistics.median(xs), "q1": q[0], "q3": q[2], "min": xs[0], "max": xs[-1], "n": len(xs)}
+
+
+def finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def mean_std(xs) -> tuple[float | None, float | None, int]:
+    """Mean, sample std (None below two values) and count of the finite values of ``xs`` (None, NaN left out)."""
+    xs = [float(x) for x in xs if finite(x)]
+    return statistics.fmean(xs) if xs else None, statistics.stdev(xs) if len(xs) > 1 else None, len(xs)
+
+
+def t_test_p(diffs: list[float]) -> float | None:
+    """The two-sided one-sample t-test p of paired differences against 0; None under two or when all are equal."""
+    from scipy import stats
+
+    return float(stats.ttest_1samp(diffs, 0.0).pvalue) if len(diffs) > 1 and statistics.stdev(diffs) > 0 else None
 
 
 def peak_cpu_bytes(fn: Callable[[], object]) -> tuple[int, object]:

@@ -18,7 +18,6 @@ import contextlib
 import io
 import itertools
 import json
-import math
 import os
 import shutil
 import statistics
@@ -78,26 +77,18 @@ def train_mixcse(config: dict, out: Path) -> int:
     return result.best_step
 
 
-def mean_std(xs: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (NaN for a single value)."""
-    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else math.nan)
 
 
 def paired(a: dict, b: dict) -> dict | None:
-    """The mean of the differences a - b ({seed: value}) over the seeds both have and a t-test's p (None when the
-    differences are all equal); None under two such seeds."""
-    from scipy import stats
-
+    """The mean of the differences a - b ({seed: value}) over the seeds both have and their t-test's p
+    (``common.t_test_p``); None under two such seeds."""
     diffs = [a[s] - b[s] for s in sorted(set(a) & set(b))]
-    if len(diffs) < 2:
-        return None
-    p = float(stats.ttest_1samp(diffs, 0.0).pvalue) if statistics.stdev(diffs) > 0 else None
-    return {"mean": statistics.mean(diffs), "p": p}
+    return {"mean": statistics.fmean(diffs), "p": common.t_test_p(diffs)} if len(diffs) > 1 else None
 
 
-def fmt(ms: tuple[float, float]) -> str:
-    """mean ± std (the std left out when there is none)."""
-    return f"{ms[0]:.2f}" + ("" if math.isnan(ms[1]) else f" ± {ms[1]:.2f}")
+def fmt(ms: tuple) -> str:
+    """mean ± std of a ``common.mean_std`` (the std left out when there is none)."""
+    return f"{ms[0]:.2f}" + ("" if ms[1] is None else f" ± {ms[1]:.2f}")
 
 
 # ------------------------------------------------------------------------------------------------ similarity
@@ -243,7 +234,7 @@ def similarity_rows(results: dict) -> list[dict]:
     rows = []
     for method in [m for m in METHODS if m in by_method]:
         runs = by_method[method]
-        row = {"method": method, "seeds": len(runs), **{s: mean_std([r[s] for r in runs]) for s in SCORES},
+        row = {"method": method, "seeds": len(runs), **{s: common.mean_std([r[s] for r in runs]) for s in SCORES},
                "above": sum(r["mqp_test_ap"] > results["zero_shot"]["mqp_test_ap"] for r in runs)}
         for metric in ("seconds", "peak_gpu_mb", "peak_rss_mb"):  # costs differ by machine: kept apart
             per: dict[str, list[float]] = {}

@@ -114,7 +114,7 @@ def prepare_for_training(encoder: torch.nn.Module, cfg: TrainConfig, device: tor
 
 def build_optimizer(encoder: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     """AdamW with the fused kernel where torch has one (CPU, CUDA): one pass over all parameters, the same update
-    as the for-each kernel up to rounding, 7x faster on CPU (python -m benchmarks.speed profile at commit f83854b)."""
+    as the for-each kernel up to rounding, 7x faster on CPU (benchmarks/results/profile_step.json, "adamw")."""
     return torch.optim.AdamW(optimizer_groups(encoder, cfg.weight_decay), lr=cfg.learning_rate,
                              fused=device.type in ("cpu", "cuda"))
 
