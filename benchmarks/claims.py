@@ -285,7 +285,7 @@ def evaluate_both_probes(encoder, precision: str, workers: int, tasks, cache: Pa
 
 def baseline_encoder(name: str, precision: str = "fp32"):
     """The encoder of a BASELINES row: raw MiniLM, the raw stand-in ([CLS] or mean pooling) or Avg. GloVe."""
-    from mixcse.sentence_encoder import SentenceEncoder
+    from mixcse.models.sentence_encoder import SentenceEncoder
 
     if name.startswith("minilm-raw"):
         return SentenceEncoder.load(common.minilm_path(), precision=precision)

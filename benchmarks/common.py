@@ -71,7 +71,7 @@ def model_setup(cfg, ctx, threads: int, seed: int):
     load, fused AdamW; on CPU, numpy dropout masks), in training mode. Returns (encoder, tokenizer, optimizer)."""
     import torch
 
-    from mixcse.model import load_encoder
+    from mixcse.models.encoder import load_encoder
     from mixcse.training.trainer import build_optimizer, prepare_for_training
 
     torch.set_num_threads(threads)

@@ -38,11 +38,11 @@ from mixcse.data.reader import iter_lines
 from mixcse.evaluation import evaluate
 from mixcse.evaluation import senteval as D
 from mixcse.evaluation.sts import row_cosine
-from mixcse.export import export_onnx, quantize_int8
+from mixcse.models.export import export_onnx, quantize_int8
 from mixcse.losses import PRESETS, contrastive_loss, materialised_mixcse_loss
-from mixcse.model import load_backbone
-from mixcse.onnx_backend import OnnxSentenceEncoder, open_graph
-from mixcse.sentence_encoder import SentenceEncoder
+from mixcse.models.encoder import load_backbone
+from mixcse.models.onnx_backend import OnnxSentenceEncoder, open_graph
+from mixcse.models.sentence_encoder import SentenceEncoder
 from mixcse.training import trainer
 from mixcse.training.config import TrainConfig, build_config
 from mixcse.training.distributed import DistContext, init_from_env

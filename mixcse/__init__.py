@@ -1,13 +1,13 @@
 """mixcse: unsupervised sentence encoders with MixCSE (Zhang et al., AAAI 2022) and SimCSE.
 
-Names are imported on first use, so that a torch-free path (the ONNX backend, ``mixcse.onnx_backend``) does not
+Names are imported on first use, so that a torch-free path (the ONNX backend, ``mixcse.models.onnx_backend``) does not
 import torch."""
 
 import importlib
 
 _EXPORTS = {
     "training.config": ("TrainConfig", "load_recipe"),
-    "sentence_encoder": ("SentenceEncoder",),
+    "models.sentence_encoder": ("SentenceEncoder",),
     "errors": ("MixCSEError",),
     "losses": ("PRESETS", "ContrastiveObjective", "contrastive_loss"),
     "training.trainer": ("train",),

@@ -15,10 +15,10 @@ import torch
 from conftest import FILLER, TOPICS, make_tiny_bert, synthetic_sentence
 
 from mixcse.losses import PRESETS, contrastive_loss
-from mixcse.model import load_encoder
+from mixcse.models.encoder import load_encoder
 from mixcse.training.config import TrainConfig
 from mixcse.training.distributed import DistContext
-from mixcse.training.dropout import use_fast_dropout
+from mixcse.models.dropout import use_fast_dropout
 from mixcse.training.step import CachedStep, PlainStep, make_step
 
 N, K = 16, 4

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mixcse import search as search_mod
+from mixcse.models import search as search_mod
 from mixcse.cli import main
-from mixcse.model import load_encoder
-from mixcse.sentence_encoder import SentenceEncoder
+from mixcse.models.encoder import load_encoder
+from mixcse.models.sentence_encoder import SentenceEncoder
 
 # Lengths vary so that length-sorted batches reorder them.
 SENTENCES = ["t0w1 t0w2 the t1w3", "a t3w4 t3w5 t3w6 t3w7 of t5w1 t5w2 t5w3 t5w4 t5w5", "t7w7",

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import FILLER, TOPICS, make_tiny_bert, synthetic_sentence
 
-from mixcse.model import load_encoder
+from mixcse.models.encoder import load_encoder
 from mixcse.training.config import TrainConfig
 from mixcse.training.distributed import DistContext
 from mixcse.training.step import make_step

@@ -14,7 +14,7 @@ import mixcse
 from mixcse.data import disk as shards
 from mixcse.data.loader import BatchPlan, open_corpus
 from mixcse.errors import DataError
-from mixcse.model import load_backbone
+from mixcse.models.encoder import load_backbone
 from mixcse.training.config import TrainConfig
 
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from mixcse.model import load_encoder
-from mixcse.training.dropout import FastDropout, use_fast_dropout
+from mixcse.models.encoder import load_encoder
+from mixcse.models.dropout import FastDropout, use_fast_dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3])

@@ -5,8 +5,8 @@ import os
 import stat
 
 from mixcse.cli import main
-from mixcse.model import load_encoder
-from mixcse.modelcard import write_model_card
+from mixcse.models.encoder import load_encoder
+from mixcse.evaluation.modelcard import write_model_card
 
 
 def model_dir_with_card(tiny_bert, tmp_path):

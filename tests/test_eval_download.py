@@ -11,7 +11,7 @@ import pytest
 
 from mixcse import cli
 from mixcse.evaluation import DataError
-from mixcse.evaluation.download import SENTEVAL_FILES, download
+from mixcse.data.download import SENTEVAL_FILES, download
 
 FILES = {
     "STS/STSBenchmark/sts-test.csv": b"g\tx\t2012\t1\t4.5\ta b\tc d\n",

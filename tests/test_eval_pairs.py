@@ -15,8 +15,8 @@ import mixcse
 from mixcse.cli import main as cli_main
 from mixcse.evaluation import pairs as P
 from mixcse.evaluation.runner import evaluate
-from mixcse.hub import resolve_model
-from mixcse.sentence_encoder import SentenceEncoder
+from mixcse.models.hub import resolve_model
+from mixcse.models.sentence_encoder import SentenceEncoder
 
 MQP = Path(__file__).resolve().parents[2] / "shared" / "data" / "domain" / "medical-questions"
 

@@ -95,7 +95,7 @@ def test_score_retrieval_from_embeddings_and_checks(beir):
 
 
 def test_blocked_numpy_search_matches_one_block():
-    from mixcse.search import top_k_cosine
+    from mixcse.models.search import top_k_cosine
 
     rng = np.random.default_rng(0)
     q, c = rng.normal(size=(40, 6)), rng.normal(size=(500, 6))
@@ -250,7 +250,7 @@ def test_cli_retrieval_json_and_errors(beir, tmp_path, capsys, monkeypatch):
 
 
 def test_model_card_retrieval_table():
-    from mixcse.modelcard import _eval_section
+    from mixcse.evaluation.modelcard import _eval_section
 
     results = {"retrieval": {"ndcg@10": 64.5123, "map@10": 59.0, "mrr@10": 61.0, "recall@100": 92.5,
                              "n_queries": 300, "n_documents": 5183, "max_seq_length": 256},

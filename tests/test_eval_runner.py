@@ -126,7 +126,7 @@ def test_cache_reused_only_with_fingerprint(tmp_path):
 
 def test_task_scores_do_not_depend_on_the_other_tasks(tiny_bert, tmp_path):
     """A real model's embeddings move in the last bits with their batch-mates; a task's numbers must not."""
-    from mixcse.sentence_encoder import SentenceEncoder
+    from mixcse.models.sentence_encoder import SentenceEncoder
 
     enc = SentenceEncoder.load(tiny_bert, pooler="cls", device="cpu")
     kw = dict(data_dir=FIXTURE, mode="fasttest", batch_size=8, verbose=False)
@@ -263,7 +263,7 @@ def test_eval_help_gives_the_data_dir_search_order_that_default_data_dir_follows
 
 
 def test_bf16_precision_is_an_encoder_setting_that_evaluation_records(tiny_bert, tmp_path, capsys):
-    from mixcse.sentence_encoder import SentenceEncoder
+    from mixcse.models.sentence_encoder import SentenceEncoder
 
     fp32 = SentenceEncoder.load(tiny_bert, pooler="cls", device="cpu")
     bf16 = SentenceEncoder.load(tiny_bert, pooler="cls", device="cpu", precision="bf16")

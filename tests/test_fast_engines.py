@@ -150,7 +150,7 @@ UNITS = {
 
 @pytest.fixture(scope="module")
 def encoder(tiny_bert):
-    from mixcse.sentence_encoder import SentenceEncoder
+    from mixcse.models.sentence_encoder import SentenceEncoder
 
     return SentenceEncoder.load(tiny_bert, pooler="avg", device="cpu")
 

@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 from mixcse.errors import MixCSEError
-from mixcse.formats import LAYER_POOLERS, read_model_dir
-from mixcse.model import load_encoder
-from mixcse.sentence_encoder import SentenceEncoder
+from mixcse.models.formats import LAYER_POOLERS, read_model_dir
+from mixcse.models.encoder import load_encoder
+from mixcse.models.sentence_encoder import SentenceEncoder
 from mixcse.utils.files import read_json, read_json_or_none, to_jsonable
 
 SENTENCES = ["t0w1 t0w2 the t1w3", "t5w5 a t6w6 t6w7 t5w1", "t2w2"]

@@ -12,11 +12,11 @@ from sentence_transformers.base.modules import Dense, Transformer  # noqa: E402
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss  # noqa: E402
 from sentence_transformers.sentence_transformer.modules import Pooling  # noqa: E402
 
-from mixcse.formats import read_model_dir  # noqa: E402
+from mixcse.models.formats import read_model_dir  # noqa: E402
 from mixcse.integrations import LayerAveragePooling, MixCSELoss  # noqa: E402
 from mixcse.losses import PRESETS, contrastive_loss  # noqa: E402
-from mixcse.model import load_encoder  # noqa: E402
-from mixcse.sentence_encoder import SentenceEncoder  # noqa: E402
+from mixcse.models.encoder import load_encoder  # noqa: E402
+from mixcse.models.sentence_encoder import SentenceEncoder  # noqa: E402
 
 SENTENCES = ["t0w1 t0w2 the t1w3", "a t3w4 t3w5 t3w6 t3w7 of t5w1 t5w2 t5w3 t5w4 t5w5", "t7w7", "",
              "T2W2 and t2w3 t4w4 t4w5 in", "t6w0 t6w1 t6w2 t6w3 t6w4 t6w5 t6w6 t6w7 t6w8 t6w9 t6w10 t6w11 t0w0"]

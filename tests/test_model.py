@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import STAND_IN, TOPICS, needs_shared
 
-from mixcse.model import load_encoder
+from mixcse.models.encoder import load_encoder
 
 WORDS = [w for topic in TOPICS for w in topic]
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 import yaml
 
-from mixcse.model import load_encoder
-from mixcse.modelcard import MODEL_PLACEHOLDER, update_model_card_with_eval, write_model_card
-from mixcse.sentence_encoder import SentenceEncoder
+from mixcse.models.encoder import load_encoder
+from mixcse.evaluation.modelcard import MODEL_PLACEHOLDER, update_model_card_with_eval, write_model_card
+from mixcse.models.sentence_encoder import SentenceEncoder
 
 RESOLVED = {
     "config": {"model": "bert-base-uncased", "train_file": "/home/someone/data/wiki1m_for_simcse.txt",

@@ -1,4 +1,4 @@
-"""ONNX export (`mixcse export`, `mixcse.export.export_onnx`) and the onnxruntime backend (`backend="onnx"`).
+"""ONNX export (`mixcse export`, `mixcse.models.export.export_onnx`) and the onnxruntime backend (`backend="onnx"`).
 
 The exported graph against the torch model: fp32 embeddings equal to 1e-4 (BERT-family, ModernBERT with
 sliding-window attention, the other supported architectures, the ModernBERT stand-in), at batch sizes and lengths
@@ -18,8 +18,8 @@ import pytest
 from conftest import FILLER, STAND_IN, TOPICS, make_tiny_bert, needs_shared
 
 from mixcse.cli import main
-from mixcse.export import export_onnx
-from mixcse.sentence_encoder import SentenceEncoder
+from mixcse.models.export import export_onnx
+from mixcse.models.sentence_encoder import SentenceEncoder
 
 VOCAB = FILLER + [w for topic in TOPICS for w in topic]
 # lengths 1..~60 words: the export traces a batch of 2 short sentences
@@ -146,7 +146,7 @@ def test_exported_folder_loads_as_before(stand_in_onnx):
 def test_backend_needs_no_torch(bert_onnx):
     """The onnx backend in a process where importing torch fails."""
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from mixcse.onnx_backend import OnnxSentenceEncoder\n"
+            "from mixcse.models.onnx_backend import OnnxSentenceEncoder\n"
             f"e = OnnxSentenceEncoder.load({str(bert_onnx)!r}, pooler='avg')\n"
             f"print(e.encode({SENTENCES[:4]!r}).shape, 'torch' in sys.modules and sys.modules['torch'] is not None)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
@@ -219,7 +219,7 @@ def test_export_refuses_without_onnx_packages(missing, tiny_bert, tmp_path, caps
 def test_export_refuses_layer_averaging_pooler(tmp_path, capsys):
     import torch
 
-    from mixcse.model import Encoder, load_backbone
+    from mixcse.models.encoder import Encoder, load_backbone
 
     src = make_tiny_bert(tmp_path / "plain", vocab=VOCAB)
     backbone, tokenizer = load_backbone(str(src))

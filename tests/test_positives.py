@@ -16,7 +16,7 @@ from mixcse.data.loader import open_corpus
 from mixcse.data.memory import PairedCorpus
 from mixcse.errors import ConfigError, DataError
 from mixcse.losses import PRESETS, contrastive_loss
-from mixcse.model import load_encoder
+from mixcse.models.encoder import load_encoder
 from mixcse.training.config import TrainConfig
 from mixcse.training.distributed import DistContext
 from mixcse.training.step import PlainStep

@@ -10,8 +10,8 @@ import mixcse
 from conftest import write_tiny_beir
 from mixcse.evaluation.pairs import read_pairs
 from mixcse.evaluation.selection import PairsSelector, Selection, StsbDevSelector, better
-from mixcse.model import load_encoder
-from mixcse.sentence_encoder import SentenceEncoder
+from mixcse.models.encoder import load_encoder
+from mixcse.models.sentence_encoder import SentenceEncoder
 
 
 def tiny(tiny_bert, synthetic_data, out, **kw):

@@ -46,7 +46,7 @@ def stock_inner_kfold(X, y, grid, k):
 
 @pytest.fixture(scope="module")
 def encoder():
-    from mixcse.sentence_encoder import SentenceEncoder
+    from mixcse.models.sentence_encoder import SentenceEncoder
 
     return SentenceEncoder.load(STAND_IN, pooler="cls_before_pooler", device="cpu")
 

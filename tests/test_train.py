@@ -12,7 +12,7 @@ import yaml
 import mixcse
 from mixcse.cli import main
 from mixcse.evaluation.selection import Selection, StsbDevSelector
-from mixcse.sentence_encoder import SentenceEncoder
+from mixcse.models.sentence_encoder import SentenceEncoder
 from mixcse.training import rundir, step, trainer
 
 
@@ -163,7 +163,7 @@ def test_fp16_on_cpu_is_a_clear_error(tiny_bert, synthetic_data, tmp_path):
 
 
 def test_bf16_autocast_trains(tiny_bert, synthetic_data, tmp_path, monkeypatch):
-    from mixcse.model import Encoder
+    from mixcse.models.encoder import Encoder
 
     training_dtypes = []
     real_forward = Encoder.forward

@@ -16,9 +16,9 @@ import numpy as np
 
 from mixcse.data.reader import read_nonblank
 from mixcse.errors import DataError, MixCSEError
-from mixcse.model import POOLERS
-from mixcse.onnx_backend import ONNX_FILES
-from mixcse.sentence_encoder import TORCH_PRECISIONS
+from mixcse.models.encoder import POOLERS
+from mixcse.models.onnx_backend import ONNX_FILES
+from mixcse.models.sentence_encoder import TORCH_PRECISIONS
 from mixcse.utils.files import atomic_path, unwritable_reason
 
 OUTPUT_FORMATS = (".npy", ".safetensors")
@@ -162,7 +162,7 @@ def _device(name: str | None, backend: str = "torch") -> str | None:
 
 
 def _load(args: argparse.Namespace):
-    from mixcse.sentence_encoder import SentenceEncoder
+    from mixcse.models.sentence_encoder import SentenceEncoder
 
     check_backend(args.backend, args.precision)
     try:
@@ -187,7 +187,7 @@ def run_encode(args: argparse.Namespace) -> int:
     embeddings = encoder.encode(sentences, batch_size=args.batch_size, show_progress=_show_progress(args))
     seconds = time.perf_counter() - start
     if args.normalize:
-        from mixcse.search import normalize_rows
+        from mixcse.models.search import normalize_rows
 
         embeddings = normalize_rows(embeddings)
     save_embeddings(output, embeddings, metadata={"model": str(args.model), "pooler": encoder.pooler,
@@ -202,7 +202,7 @@ def run_encode(args: argparse.Namespace) -> int:
 
 
 def run_search(args: argparse.Namespace) -> int:
-    from mixcse.search import resolve_backend, top_k_cosine
+    from mixcse.models.search import resolve_backend, top_k_cosine
 
     backend = resolve_backend(args.index)
     sentences, _ = read_lines(args.corpus, "corpus")

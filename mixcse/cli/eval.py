@@ -139,7 +139,7 @@ def _update_card(model, results: dict) -> None:
     """A mixcse model directory gets its STS / transfer table added to its model card."""
     if not isinstance(model, (str, os.PathLike)) or not (Path(model) / "mixcse.json").is_file():
         return
-    from mixcse.modelcard import update_model_card_with_eval
+    from mixcse.evaluation.modelcard import update_model_card_with_eval
 
     update_model_card_with_eval(Path(model), to_jsonable(results))
     print(f"updated the model card {Path(model) / 'README.md'}")
@@ -157,7 +157,7 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 
 
 def run_data(args: argparse.Namespace) -> int:
-    from mixcse.evaluation.download import download
+    from mixcse.data.download import download
 
     try:
         report = download(args.dest, what=args.what.split(","), base_url=args.base_url)

@@ -1,8 +1,8 @@
-"""``mixcse export MODEL --format onnx [--quantize int8] --output DIR`` (see mixcse/export.py)."""
+"""``mixcse export MODEL --format onnx [--quantize int8] --output DIR`` (see mixcse/models/export.py)."""
 
 from __future__ import annotations
 
-from mixcse.export import FORMATS, QUANTIZATIONS, export_onnx
+from mixcse.models.export import FORMATS, QUANTIZATIONS, export_onnx
 
 
 def add_export_arguments(p) -> None:

@@ -28,10 +28,10 @@ def resolve_encoder(model: Any, pooler: str | None = None, precision: str = "fp3
     pass through unchanged."""
     if isinstance(model, (str, os.PathLike)):
         if backend == "onnx":  # no torch import on this path
-            from mixcse.onnx_backend import OnnxSentenceEncoder
+            from mixcse.models.onnx_backend import OnnxSentenceEncoder
 
             return OnnxSentenceEncoder.load(model, pooler=pooler, precision=precision)
-        from mixcse.sentence_encoder import SentenceEncoder  # lazy: heavy import, and only needed for paths
+        from mixcse.models.sentence_encoder import SentenceEncoder  # lazy: heavy import, and only needed for paths
 
         return SentenceEncoder.load(model, pooler=pooler, precision=precision, backend=backend)
     if hasattr(model, "encode") or callable(model):

@@ -23,7 +23,7 @@ judged query, counting one without results as 0. Ties never depend on search ord
 by score, then document id.
 
 Like MTEB, a document whose id equals the query id is kept (``ignore_identical_ids=False``, MTEB's default).
-Search is ``mixcse.search.top_k_cosine``: faiss when installed, else numpy in blocks of queries and documents,
+Search is ``mixcse.models.search.top_k_cosine``: faiss when installed, else numpy in blocks of queries and documents,
 so memory stays at one block's score matrix plus the embeddings (1M x 384 float32 = 1.5 GB); documents are
 encoded 50,000 per call for the same reason.
 """
@@ -40,7 +40,7 @@ import numpy as np
 from mixcse.data.reader import iter_json_records
 from mixcse.errors import DataError, MixCSEError
 from mixcse.evaluation.encoding import encode_raw, encode_unique, encoder_fingerprint
-from mixcse.search import top_k_cosine
+from mixcse.models.search import top_k_cosine
 
 METRIC_LIBRARY = "ir-measures"
 METRICS = {"ndcg@10": "nDCG@10", "map@10": "AP@10", "mrr@10": "RR@10", "recall@100": "R@100"}
@@ -299,7 +299,7 @@ def protocol(data: BeirData, *, top_k: int = DEEPEST_CUTOFF, backend: str = "aut
     """The settings that define a retrieval number, for the results JSON."""
     from importlib.metadata import version
 
-    from mixcse.search import resolve_backend
+    from mixcse.models.search import resolve_backend
 
     return {"data_dir": data.source, "split": data.split, "documents": "(title + ' ' + text).strip()",
             "similarity": "cosine, exact, whole corpus", "top_k": top_k, "search_backend": resolve_backend(backend),

@@ -15,7 +15,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from mixcse.losses import ContrastiveObjective, contrastive_loss, objective_from_preset
-from mixcse.modelcard import MIXCSE_BIBTEX
+from mixcse.evaluation.modelcard import MIXCSE_BIBTEX
 
 MIXCSE_CITATION = f"\n{MIXCSE_BIBTEX}\n"
 

@@ -16,7 +16,7 @@ from mixcse.data.documents import POSITIVES, SEGMENTS
 from mixcse.errors import ConfigError
 from mixcse.evaluation.selection import SELECT_ON
 from mixcse.losses import PRESETS, ContrastiveObjective, objective_from_preset
-from mixcse.model import POOLERS
+from mixcse.models.encoder import POOLERS
 from mixcse.training.tracking import parse_report_to
 
 TRAIN_PRECISIONS = ("fp32", "bf16", "fp16", "auto")
@@ -74,7 +74,7 @@ class TrainConfig:
     # cost more than the padding: 3x slower steps measured on an H200)
     length_buckets: int | None = None
     compile: bool = False  # torch.compile the encoder; batches padded to max_seq_length (static shapes)
-    fast_cpu_dropout: bool = True  # on CPU, draw dropout masks with numpy (mixcse/training/dropout.py): ~3x cheaper
+    fast_cpu_dropout: bool = True  # on CPU, draw dropout masks with numpy (mixcse/models/dropout.py): ~3x cheaper
     # checkpoint selection (mixcse/evaluation/selection.py): the start model (step 0) is always a candidate
     select_on: str = "stsb_dev"  # stsb_dev | retrieval | pairs | none
     data_dir: str | None = None  # SentEval layout, for select_on stsb_dev (None: $MIXCSE_DATA, ./data, ../shared)

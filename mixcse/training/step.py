@@ -145,7 +145,7 @@ class PlainStep(_StepBase):
 
 def rng_snapshot(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The generator state every dropout mask of a forward pass is drawn from: torch's CPU generator (which also
-    seeds the numpy masks of mixcse/training/dropout.py) and, on CUDA, the device's."""
+    seeds the numpy masks of mixcse/models/dropout.py) and, on CUDA, the device's."""
     return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
 
 

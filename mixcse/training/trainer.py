@@ -26,11 +26,11 @@ from mixcse.data.loader import BatchPlan, CorpusLoader
 from mixcse.errors import ConfigError, MixCSEError
 from mixcse.evaluation.pairs import HeldOutPairs
 from mixcse.evaluation.selection import better, build_selector
-from mixcse.model import load_encoder
-from mixcse.sentence_encoder import SentenceEncoder
+from mixcse.models.encoder import load_encoder
+from mixcse.models.sentence_encoder import SentenceEncoder
 from mixcse.training import distributed
 from mixcse.training.config import TrainConfig, build_config
-from mixcse.training.dropout import use_fast_dropout
+from mixcse.models.dropout import use_fast_dropout
 from mixcse.training.rundir import (
     BEST_DIR,
     RESUME_SCHEDULE_KEYS,
@@ -105,7 +105,7 @@ def optimizer_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def prepare_for_training(encoder: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> None:
-    """Move to the device; on CPU, numpy-drawn dropout masks (``fast_cpu_dropout``, see mixcse/training/dropout.py),
+    """Move to the device; on CPU, numpy-drawn dropout masks (``fast_cpu_dropout``, see mixcse/models/dropout.py),
     except for a compiled encoder, whose graph would break at every numpy call (torch's dropout compiles)."""
     encoder.to(device)
     if cfg.fast_cpu_dropout and device.type == "cpu" and not cfg.compile:
@@ -467,7 +467,7 @@ def _held_out_report(held_out: HeldOutPairs, state: dict, out: Path, device: tor
 
 def _write_card(out: Path, resolved: dict, summary: dict) -> None:
     try:
-        from mixcse.modelcard import write_model_card
+        from mixcse.evaluation.modelcard import write_model_card
     except ImportError:
         return
     write_model_card(out / BEST_DIR, resolved, summary)

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from mixcse.errors import MixCSEError
-from mixcse.onnx_backend import ONNX_DIR, ONNX_FILES, ONNX_POOLERS, open_graph
+from mixcse.models.onnx_backend import ONNX_DIR, ONNX_FILES, ONNX_POOLERS, open_graph
 from mixcse.utils.files import normal_file_mode, unwritable_reason
 
 FORMATS = ("onnx",)
@@ -168,8 +168,8 @@ def export_onnx(model_dir: str | os.PathLike, output: str | os.PathLike, quantiz
     if not os.path.isdir(model_dir):
         raise MixCSEError(f"{model_dir} is not a model folder" if os.path.exists(model_dir)
                           else f"model path does not exist: {model_dir}")
-    from mixcse.formats import read_model_dir
-    from mixcse.model import load_encoder
+    from mixcse.models.formats import read_model_dir
+    from mixcse.models.encoder import load_encoder
 
     encoder, tokenizer, info = load_encoder(model_dir)
     backbone = encoder.backbone.eval()

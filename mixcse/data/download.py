@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
 
-from mixcse.evaluation.senteval import DataError
+from mixcse.errors import DataError
 from mixcse.utils.files import normal_file_mode
 
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"

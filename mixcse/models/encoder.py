@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from mixcse import formats
+from mixcse.models import formats
 from mixcse.errors import MixCSEError
-from mixcse.formats import LAYER_POOLERS
-from mixcse.hub import resolve_model
+from mixcse.models.formats import LAYER_POOLERS
+from mixcse.models.hub import resolve_model
 
 # cls: [CLS] + MLP head (SimCSE/MixCSE training pooler); cls_before_pooler: raw [CLS];
 # avg: mean of the last layer; avg_first_last: mean of (first transformer layer + last) / 2 - layer 1, not the

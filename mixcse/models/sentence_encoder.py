@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from mixcse.errors import MixCSEError
-from mixcse.model import Encoder, load_encoder
-from mixcse.search import EncoderMethods
+from mixcse.models.encoder import Encoder, load_encoder
+from mixcse.models.search import EncoderMethods
 from mixcse.utils.progress import Progress
 
 
@@ -58,13 +58,13 @@ class SentenceEncoder(EncoderMethods):
              trust_remote_code: bool = False, precision: str = "fp32", backend: str = "torch",
              threads: int | None = None):
         """A `SentenceEncoder` (``backend="torch"``), or with ``backend="onnx"`` an
-        `mixcse.onnx_backend.OnnxSentenceEncoder` (same interface, onnxruntime on the folder's ``onnx/model.onnx``
+        `mixcse.models.onnx_backend.OnnxSentenceEncoder` (same interface, onnxruntime on the folder's ``onnx/model.onnx``
         written by ``mixcse export``; ``precision="int8"`` takes ``onnx/model_qint8.onnx``; ``threads``: its
         intra-op threads)."""
         if backend not in BACKENDS:
             raise MixCSEError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
         if backend == "onnx":
-            from mixcse.onnx_backend import OnnxSentenceEncoder
+            from mixcse.models.onnx_backend import OnnxSentenceEncoder
 
             if device not in (None, "cpu"):
                 raise MixCSEError(f"the onnx backend runs on the CPU; --device {device} is for the torch backend")

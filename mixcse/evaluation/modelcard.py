@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from mixcse.formats import LAYER_POOLERS
+from mixcse.models.formats import LAYER_POOLERS
 from mixcse.utils.files import atomic_write_text, read_json_or_none, to_jsonable
 from mixcse.utils.tables import STS_TASKS, TRANSFER_TASKS, label, markdown_table, number
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from mixcse.errors import MixCSEError
-from mixcse.formats import ModelDirInfo, read_model_dir
-from mixcse.search import EncoderMethods
+from mixcse.models.formats import ModelDirInfo, read_model_dir
+from mixcse.models.search import EncoderMethods
 from mixcse.utils.progress import Progress
 
 ONNX_DIR = "onnx"
