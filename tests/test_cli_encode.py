@@ -70,7 +70,7 @@ def test_encode_normalize_and_overwrite(model_dir, corpus_file, tmp_path, capsys
     assert run(capsys, "encode", model_dir, "--input", corpus_file, "--output", output)[0] == 0
     first = output.read_bytes()
     code, _, err = run(capsys, "encode", model_dir, "--input", corpus_file, "--output", output, "--normalize")
-    assert code == 2 and err.strip() == f"error: output {output} exists; pass --overwrite to replace it"
+    assert code == 2 and err.strip() == f"error: {output} exists; pass --overwrite to replace it"
     assert output.read_bytes() == first
     code, _, _ = run(capsys, "encode", model_dir, "--input", corpus_file, "--output", output, "--normalize",
                      "--overwrite")

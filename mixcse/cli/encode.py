@@ -19,7 +19,7 @@ from mixcse.errors import DataError, MixCSEError
 from mixcse.models.encoder import POOLERS
 from mixcse.models.onnx_backend import ONNX_FILES
 from mixcse.models.sentence_encoder import TORCH_PRECISIONS
-from mixcse.utils.files import atomic_path, unwritable_reason
+from mixcse.utils.files import atomic_path, check_new_output
 
 OUTPUT_FORMATS = (".npy", ".safetensors")
 BACKENDS = ("torch", "onnx")
@@ -41,12 +41,7 @@ def check_output_path(path: str | os.PathLike, overwrite: bool) -> Path:
     path = Path(path)
     if path.suffix not in OUTPUT_FORMATS:
         raise MixCSEError(f"--output must end in {' or '.join(OUTPUT_FORMATS)}, got {path.name!r}")
-    reason = unwritable_reason(path)
-    if reason:
-        raise MixCSEError(f"cannot write --output {path}: {reason}")
-    if path.exists() and not overwrite:
-        raise MixCSEError(f"output {path} exists; pass --overwrite to replace it")
-    return path
+    return check_new_output(path, overwrite)
 
 
 def save_embeddings(path: Path, embeddings: np.ndarray, metadata: dict[str, str] | None = None) -> None:

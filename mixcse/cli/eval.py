@@ -15,7 +15,7 @@ from mixcse.errors import MixCSEError
 from mixcse.evaluation.classifiers import CLASSIFIER_ALIASES, CLASSIFIERS, DEFAULT_CLASSIFIER
 from mixcse.evaluation.runner import evaluate, expand_tasks, format_tables
 from mixcse.evaluation.senteval import default_data_dir
-from mixcse.utils.files import atomic_write_json, to_jsonable, unwritable_reason
+from mixcse.utils.files import atomic_write_json, check_new_output, to_jsonable
 
 
 def resolve_encoder(model, pooler=None, precision="fp32", backend="torch"):  # tests substitute a fake encoder
@@ -77,11 +77,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    output = Path(args.output) if args.output else None
-    if output is not None and unwritable_reason(output):
-        return _error(f"cannot write --output {output}: {unwritable_reason(output)}")
-    if output is not None and output.exists() and not args.overwrite:
-        return _error(f"{output} exists; pass --overwrite to replace it")
+    try:
+        output = check_new_output(args.output, args.overwrite) if args.output else None
+    except MixCSEError as exc:
+        return _error(str(exc))
     try:
         tasks = expand_tasks(args.tasks)
     except ValueError as exc:
@@ -128,8 +127,10 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.precision == "fp32" and backend == "torch":
         _update_card(args.model, results)
     if output is not None:
-        if output.exists() and not args.overwrite:  # appeared during the evaluation
-            return _error(f"{output} exists; pass --overwrite to replace it")
+        try:
+            check_new_output(output, args.overwrite)  # it may have appeared during the evaluation
+        except MixCSEError as exc:
+            return _error(str(exc))
         atomic_write_json(output, to_jsonable(results))
         print(f"\nwrote {output}")
     return 0

@@ -52,6 +52,18 @@ def unwritable_reason(path: str | os.PathLike) -> str | None:
     return None
 
 
+def check_new_output(path: str | os.PathLike, overwrite: bool, flag: str = "--output") -> Path:
+    """The one check of every command that writes an output: ``path`` can be written, and an existing one is
+    replaced only with ``overwrite``. Raises ``MixCSEError`` with the message the command prints."""
+    path = Path(path)
+    reason = unwritable_reason(path)
+    if reason:
+        raise MixCSEError(f"cannot write {flag} {path}: {reason}")
+    if path.exists() and not overwrite:
+        raise MixCSEError(f"{path} exists; pass --overwrite to replace it")
+    return path
+
+
 def _fsync(path: str | os.PathLike) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
