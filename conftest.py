@@ -14,9 +14,15 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SHARED = Path(__file__).resolve().parent.parent / "shared"
+# The example data beside the repository (SentEval files, domain data, the stand-in model): `../shared`, or the folder
+# $MIXCSE_SHARED names. Tests that need it say so one way, ``needs_example_data``; the library finds SentEval data
+# through $MIXCSE_DATA, as a user's machine would.
+SHARED = Path(os.environ.get("MIXCSE_SHARED") or Path(__file__).resolve().parent.parent / "shared")
 STAND_IN = SHARED / "models" / "mini-wiki-mlm"
 DOWNSTREAM = SHARED / "data" / "downstream"
+DOMAIN = SHARED / "data" / "domain"
+if DOWNSTREAM.is_dir():
+    os.environ.setdefault("MIXCSE_DATA", str(DOWNSTREAM))
 
 # Eight "topics" of twelve made-up words each; a sentence draws its words from two topics.
 TOPICS = [[f"t{t}w{w}" for w in range(12)] for t in range(8)]
@@ -132,8 +138,11 @@ def write_tiny_beir(root, rng_seed=0):
     return root
 
 
-def needs_shared(path: Path):
-    return pytest.mark.skipif(not path.exists(), reason=f"{path} not present")
+def needs_example_data(*paths: Path):
+    """Skip unless every path of the example data exists (the one way tests say they need it)."""
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    return pytest.mark.skipif(bool(missing), reason=f"example data not found: {', '.join(missing)} (set "
+                                                    f"MIXCSE_SHARED to the example data folder)")
 
 
 @pytest.fixture

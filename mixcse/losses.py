@@ -24,11 +24,16 @@ comes from view 2 (h'_i, h'_j and their Gram matrix) is detached, while h_i ente
 
 Every term above belongs to one anchor i, so the loss of a block of anchors (``rows``) needs only rows x N matrices:
 the blocks' shares add up to the batch loss, which is how a batch of thousands fits in memory (mixcse/training/step.py).
+
+Two optional terms for adapting an encoder that is already good (both computed from its frozen start model's
+embeddings t, docs/domain-adaptation.md):
+
+    exclude_ij = 1  ->  sentence j is neither a negative nor mixed for anchor i (a near-duplicate by t_i.t_j)
+    KD_i = KL( softmax_{j != i}(t_i.t_j / tau) || softmax_{j != i}(h_i.h'_j / tau) )      (``distillation_loss``)
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -157,10 +162,11 @@ def _own(x: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
 
 def _mixed_logits(
     anchors: torch.Tensor, positives: torch.Tensor, rows: slice, own: torch.Tensor, sim: torch.Tensor,
-    objective: ContrastiveObjective,
+    objective: ContrastiveObjective, excluded: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Mixed-negative logits h_i.m'_ij / tau of the block's anchors (j = i removed) and logged stats: their mean
-    cosine and, with the bound, the share of pairs j != i whose lambda it lowered (both detached, shares).
+    """Mixed-negative logits h_i.m'_ij / tau of the block's anchors (j = i and ``excluded`` pairs removed) and
+    logged stats: their mean cosine and, with the bound, the share of pairs j != i whose lambda it lowered (both
+    detached, shares).
 
     A function of its own so that its temporaries are freed on return, before the caller's softmax.
     """
@@ -178,20 +184,26 @@ def _mixed_logits(
     mixed = mixed_similarities(mix_sim, pos_gram, lam, _own(mix_sim, own))
     stats["mix_cos"] = _off_diagonal_share(mixed, _own(mixed, own), n)
     # j = i would mix the positive with itself: not a negative, so it is removed from the denominator.
-    return (mixed / objective.temperature).scatter(1, own.unsqueeze(1), float("-inf")), stats
+    logits = (mixed / objective.temperature).scatter(1, own.unsqueeze(1), float("-inf"))
+    return (logits if excluded is None else logits.masked_fill(excluded, float("-inf"))), stats
 
 
 def _one_direction(
-    anchors: torch.Tensor, positives: torch.Tensor, objective: ContrastiveObjective, rows: slice
+    anchors: torch.Tensor, positives: torch.Tensor, objective: ContrastiveObjective, rows: slice,
+    exclude: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """The share of anchors ``rows`` in the mean loss of anchors against (positives, in-batch negatives, mixed
-    negatives built from ``positives``): the sum of their terms over N. Stats likewise."""
+    negatives built from ``positives``): the sum of their terms over N. Stats likewise. ``exclude``: as in
+    ``contrastive_loss``."""
     n = positives.shape[0]
     tau = objective.temperature
     own = torch.arange(n, device=anchors.device)[rows]  # each anchor's positive: its own column
     anchors = anchors[rows]
     sim = anchors @ positives.T  # S_ij = h_i . h'_j
-    simcse_logits = sim / tau
+    excluded = None
+    if exclude is not None:  # never the anchor's own positive
+        excluded = exclude[rows].to(device=sim.device, dtype=torch.bool).scatter(1, own.unsqueeze(1), False)
+    simcse_logits = sim / tau if excluded is None else (sim / tau).masked_fill(excluded, float("-inf"))
     positive = _own(sim, own)
     stats = {"pos_cos": positive.detach().sum() / n, "neg_cos": _off_diagonal_share(sim, positive, n)}
     if not objective.mixes:
@@ -200,7 +212,7 @@ def _one_direction(
 
     with torch.no_grad():  # logged only: no graph, so no saved softmax for it
         simcse_loss = F.cross_entropy(simcse_logits, own, reduction="sum") / n
-    mixed_logits, mix_stats = _mixed_logits(anchors, positives, rows, own, sim, objective)
+    mixed_logits, mix_stats = _mixed_logits(anchors, positives, rows, own, sim, objective, excluded)
     stats.update(mix_stats)
     loss = F.cross_entropy(torch.cat([simcse_logits, mixed_logits], dim=1), own, reduction="sum") / n
     return loss, simcse_loss, stats
@@ -239,7 +251,7 @@ def released_mixcse_loss(z1: torch.Tensor, z2: torch.Tensor, objective: Contrast
 
 
 def contrastive_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveObjective,
-                     rows: slice | None = None) -> LossOutput:
+                     rows: slice | None = None, *, exclude: torch.Tensor | None = None) -> LossOutput:
     """Loss of a batch from its two views. z1, z2: (N, d) pooled embeddings, row i of each = sentence i.
 
     Embeddings are l2-normalised here (cosine similarity); half-precision inputs are upcast so that cosines and the
@@ -248,26 +260,63 @@ def contrastive_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveO
     ``rows`` (a slice of sentences) keeps only the terms of those anchors, in both directions: the result is their
     share of the batch's loss and stats, so the results of disjoint blocks of rows covering the batch add up to the
     whole batch's (loss, gradients and stats), in rows x N memory instead of N x N.
+
+    ``exclude`` (N x N, bool): where True, sentence j is removed from anchor i's denominator, as an in-batch
+    negative and as a mixed one, in both directions (a false negative; the diagonal, the positive, is never
+    removed). With the paper's formulation only.
     """
     if z1.shape != z2.shape or z1.dim() != 2:
         raise ValueError(f"expected two (N, d) views of equal shape, got {tuple(z1.shape)} and {tuple(z2.shape)}")
     if z1.dtype in (torch.float16, torch.bfloat16):
         z1, z2 = z1.float(), z2.float()
     if objective.formulation == "released":
+        if exclude is not None:
+            raise ValueError("exclude is defined for the paper's formulation, not the released code's")
         return released_mixcse_loss(z1, z2, objective, rows)
     rows = slice(None) if rows is None else rows
     h1, h2 = F.normalize(z1, dim=-1), F.normalize(z2, dim=-1)
-    loss, simcse, stats = _one_direction(h1, h2, objective, rows)
+    loss, simcse, stats = _one_direction(h1, h2, objective, rows, exclude)
     if objective.directions == 2:
-        loss_b, simcse_b, stats_b = _one_direction(h2, h1, objective, rows)
+        loss_b, simcse_b, stats_b = _one_direction(h2, h1, objective, rows, None if exclude is None else exclude.T)
         loss, simcse = (loss + loss_b) / 2, (simcse + simcse_b) / 2
         stats = {k: (v + stats_b[k]) / 2 for k, v in stats.items()}
     return LossOutput(loss=loss, simcse_loss=simcse, stats=stats)
 
 
-def limit_mixed_cosine(lam: float) -> float:
-    """Mixed-negative cosine when h_i.h'_i -> 1 and h_i.h'_j -> 0, h'_i.h'_j -> 0: lam / sqrt(lam^2 + (1-lam)^2)."""
-    return lam / math.sqrt(lam**2 + (1 - lam) ** 2)
+def distillation_loss(z1: torch.Tensor, z2: torch.Tensor, teacher: torch.Tensor, temperature: float,
+                      rows: slice | None = None) -> torch.Tensor:
+    """KL divergence of the student's in-batch similarity distribution from the frozen start model's, the anchors
+    ``rows``' share of its mean over anchors (shares of disjoint blocks add up, as in ``contrastive_loss``).
+
+    For anchor i, over the other sentences j != i of the batch:
+        p_ij = softmax_j(t_i.t_j / tau)     the start model's embeddings ``teacher`` (N, d'), l2-normalised
+        q_ij = softmax_j(h_i.h'_j / tau)    the student's two views (z1, z2), l2-normalised
+        KD   = mean_i KL(p_i || q_i)
+    It keeps which in-batch sentences the student finds alike close to what the start model found, so that an
+    adapted encoder forgets less of what it knew. ``teacher`` carries no gradient."""
+    rows = slice(None) if rows is None else rows
+    n = z1.shape[0]
+    h1 = F.normalize(z1.float() if z1.dtype in (torch.float16, torch.bfloat16) else z1, dim=-1)
+    h2 = F.normalize(z2.float() if z2.dtype in (torch.float16, torch.bfloat16) else z2, dim=-1)
+    t = F.normalize(teacher.detach().to(h1.dtype), dim=-1)
+    own = torch.arange(n, device=h1.device)[rows].unsqueeze(1)
+    student = (h1[rows] @ h2.T / temperature).scatter(1, own, float("-inf"))
+    target = (t[rows] @ t.T / temperature).scatter(1, own, float("-inf"))
+    log_q, log_p = F.log_softmax(student, dim=1), F.log_softmax(target, dim=1)
+    p = log_p.exp()
+    return torch.where(p > 0, p * (log_p - log_q), torch.zeros_like(p)).sum() / n
+
+
+def training_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveObjective, rows: slice | None = None, *,
+                  exclude: torch.Tensor | None = None, teacher: torch.Tensor | None = None,
+                  distill_weight: float = 0.0) -> LossOutput:
+    """What a training step minimises: ``contrastive_loss`` (with ``exclude``) plus ``distill_weight`` times
+    ``distillation_loss`` toward ``teacher`` when given; ``stats["distill_loss"]`` logs the latter."""
+    out = contrastive_loss(z1, z2, objective, rows, exclude=exclude)
+    if teacher is None or not distill_weight:
+        return out
+    kd = distillation_loss(z1, z2, teacher, objective.temperature, rows)
+    return LossOutput(out.loss + distill_weight * kd, out.simcse_loss, {**out.stats, "distill_loss": kd.detach()})
 
 
 def materialised_mixcse_loss(z1: torch.Tensor, z2: torch.Tensor, lam: float = 0.2, tau: float = 0.05) -> torch.Tensor:

@@ -1,8 +1,10 @@
 """Reference implementations of the losses, written from the equations with no shortcut: the ground truth that
 ``mixcse.losses`` (closed form, N x N matrices only) is tested and benchmarked against.
 
-    literal_loss(z1, z2, lam, tau, directions, stop_grad)   loops over anchors, builds every mixed vector
+    literal_loss(z1, z2, lam, tau, directions, stop_grad, exclude=None)   loops over anchors, builds every mixed
+                                                            vector; ``exclude[i][j]`` drops j from anchor i's terms
     literal_released(z1, z2, lam, tau)                      the released code's loss (docs/released-code.md), loops
+    literal_distillation(z1, z2, teacher, tau)              KL of the in-batch similarity distributions, loops
 
 All take two (N, d) views, row i of each = sentence i, and return a scalar tensor differentiable in z1 and z2.
 Used by tests/test_losses.py (with ``mixcse.losses.materialised_mixcse_loss``, the (N, N, d) form).
@@ -14,16 +16,17 @@ import torch
 import torch.nn.functional as F
 
 
-def literal_direction(z_anchor, z_pos, lam, tau, stop_grad):
+def literal_direction(z_anchor, z_pos, lam, tau, stop_grad, exclude=None):
     """Loop over anchors and builds every mixed vector m'_ij = normalize(lam h'_i + (1-lam) h'_j) explicitly."""
     h = F.normalize(z_anchor, dim=-1)
     hp = F.normalize(z_pos, dim=-1)
     n = h.shape[0]
     total = 0.0
     for i in range(n):
-        terms = [h[i] @ hp[j] / tau for j in range(n)]
+        kept = [j for j in range(n) if j == i or exclude is None or not exclude[i][j]]
+        terms = [h[i] @ hp[j] / tau for j in kept]
         if lam is not None:
-            for j in range(n):
+            for j in kept:
                 if j == i:
                     continue
                 m = F.normalize(lam * hp[i] + (1 - lam) * hp[j], dim=0)
@@ -31,15 +34,30 @@ def literal_direction(z_anchor, z_pos, lam, tau, stop_grad):
                     m = m.detach()
                 terms.append(h[i] @ m / tau)
         logits = torch.stack(terms)
-        total = total - (logits[i] - torch.logsumexp(logits, dim=0))
+        total = total - (logits[kept.index(i)] - torch.logsumexp(logits, dim=0))
     return total / n
 
 
-def literal_loss(z1, z2, lam, tau, directions, stop_grad):
-    loss = literal_direction(z1, z2, lam, tau, stop_grad)
+def literal_loss(z1, z2, lam, tau, directions, stop_grad, exclude=None):
+    loss = literal_direction(z1, z2, lam, tau, stop_grad, exclude)
     if directions == 2:
-        loss = (loss + literal_direction(z2, z1, lam, tau, stop_grad)) / 2
+        transposed = None if exclude is None else [[exclude[j][i] for j in range(len(exclude))]
+                                                   for i in range(len(exclude))]
+        loss = (loss + literal_direction(z2, z1, lam, tau, stop_grad, transposed)) / 2
     return loss
+
+
+def literal_distillation(z1, z2, teacher, tau):
+    """mean_i KL(p_i || q_i) over j != i: p from the teacher's cosines, q from the student's h_i.h'_j."""
+    h, hp, t = (F.normalize(x, dim=-1) for x in (z1, z2, teacher))
+    n = h.shape[0]
+    total = 0.0
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        log_q = torch.log_softmax(torch.stack([h[i] @ hp[j] / tau for j in others]), dim=0)
+        log_p = torch.log_softmax(torch.stack([t[i] @ t[j] / tau for j in others]), dim=0)
+        total = total + (log_p.exp() * (log_p - log_q)).sum()
+    return total / n
 
 
 def literal_released(z1, z2, lam, tau):

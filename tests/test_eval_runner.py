@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from mixcse import cli
-from mixcse.cli import eval as command
 from mixcse.evaluation import (
     ALL_TASKS,
     alignment,
@@ -18,11 +17,12 @@ from mixcse.evaluation import (
     plot_alignment_uniformity,
     plot_training_cosines,
     sphere_stats,
-    stsb_dev_spearman,
+    STSEvaluator,
     to_jsonable,
 )
 from mixcse.evaluation.senteval import default_data_dir, load_binary, load_stsb, load_trec, resolve_data_dir
 from mixcse.evaluation.sts import row_cosine, spearman
+from mixcse.models import inference
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval" / "downstream"
 STS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
@@ -146,7 +146,7 @@ def test_task_scores_do_not_depend_on_the_other_tasks(tiny_bert, tmp_path):
 
 
 def test_transfer_test_mode_and_torch_classifier(monkeypatch):
-    from mixcse.evaluation.classifiers import SklearnLR
+    from mixcse.evaluation.probes import SklearnLR
 
     monkeypatch.setattr(SklearnLR, "grid_inner", property(lambda self: [1.0]))  # 100 fits instead of 600
     res = evaluate(hashed, tasks="MR", data_dir=FIXTURE, mode="test", classifier="sklearn", verbose=False)
@@ -160,8 +160,9 @@ def test_transfer_test_mode_and_torch_classifier(monkeypatch):
 def test_stsb_dev_spearman_matches_direct_computation():
     ps = load_stsb(FIXTURE, "dev")
     expected = spearman(row_cosine(hashed(ps.a), hashed(ps.b)), ps.scores)
-    assert stsb_dev_spearman(hashed, FIXTURE) == pytest.approx(expected)
-    assert stsb_dev_spearman(Recorder(), str(FIXTURE)) == pytest.approx(expected)
+    evaluator = STSEvaluator.stsb_dev(FIXTURE)
+    assert evaluator(hashed)["spearman"] == pytest.approx(expected)
+    assert evaluator.primary(evaluator(Recorder())) == pytest.approx(expected)
 
 
 def test_format_tables(full):
@@ -209,8 +210,7 @@ def test_plots(tmp_path):
 
 
 def test_cli_writes_json_and_refuses_overwrite(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(command, "resolve_encoder", lambda model, pooler=None, precision="fp32",
-                        backend="torch": hashed)
+    monkeypatch.setattr(inference, "open_encoder", lambda model, **kwargs: hashed)
     out = tmp_path / "res.json"
     argv = ["eval", "m", "--tasks", "sts", "--data-dir", str(FIXTURE), "--output", str(out)]
     assert cli.main(argv) == 0
@@ -233,7 +233,7 @@ def test_transfer_probes_in_worker_processes_give_the_same_results(full):
 
 
 def test_encoding_progress_off_a_terminal_is_a_plain_line(capsys):
-    from mixcse.evaluation.encoding import encode_raw
+    from mixcse.evaluation.embed import encode_raw
 
     sentences = [f"sentence number {i}" for i in range(5)]
     emb = encode_raw(lambda batch: np.ones((len(batch), 3)), sentences, batch_size=2, show_progress=True)
@@ -249,17 +249,34 @@ def test_eval_help_gives_the_data_dir_search_order_that_default_data_dir_follows
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "default $MIXCSE_DATA, then ./data, then ../shared/data/downstream" in help_text
+    assert ("default: $MIXCSE_DATA, then ./data, then the folder `mixcse data download` fills (~/.cache/mixcse/data)"
+            in help_text)
     work = tmp_path / "work"
-    (tmp_path / "shared" / "data" / "downstream").mkdir(parents=True)
     work.mkdir()
     monkeypatch.chdir(work)
     monkeypatch.delenv("MIXCSE_DATA", raising=False)
-    assert default_data_dir() == Path("..") / "shared" / "data" / "downstream"
+    monkeypatch.setenv("MIXCSE_CACHE", str(tmp_path / "cache"))
+    assert default_data_dir() is None
+    (tmp_path / "cache" / "data").mkdir(parents=True)
+    assert default_data_dir() == tmp_path / "cache" / "data"
     (work / "data").mkdir()
     assert default_data_dir() == Path("data")
     monkeypatch.setenv("MIXCSE_DATA", str(tmp_path / "elsewhere"))
+    (tmp_path / "elsewhere").mkdir()
     assert default_data_dir() == tmp_path / "elsewhere"
+
+
+def test_eval_without_data_says_how_to_get_it(tmp_path, monkeypatch, capsys):
+    """No SentEval folder anywhere: one error line naming where it looked and the command that fetches the data;
+    nothing is encoded (the model is never loaded)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MIXCSE_DATA", raising=False)
+    monkeypatch.setenv("MIXCSE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(inference, "open_encoder", lambda model, **kwargs: Recorder())
+    assert cli.main(["eval", "some-model", "--tasks", "sts"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: no SentEval data found (looked in data, ")
+    assert str(tmp_path / "cache" / "data") in err[0] and "run `mixcse data download`" in err[0]
 
 
 def test_bf16_precision_is_an_encoder_setting_that_evaluation_records(tiny_bert, tmp_path, capsys):

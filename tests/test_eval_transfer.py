@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mixcse.evaluation.classifiers import (
+from mixcse.evaluation.probes import (
     SklearnLR,
     TorchLR,
     dev_split,
@@ -118,8 +118,8 @@ def test_grids_follow_senteval():
     assert SklearnLR().grid_inner == [0.25, 0.5, 1, 2, 4, 8]
     assert SklearnLR().grid_kfold == [0.5, 1, 2, 4, 8, 16, 32]
     assert TorchLR().grid_inner == pytest.approx([1e-5, 1e-4, 1e-3, 1e-2])
-    assert len(SklearnLR(fast=True).grid_inner) < 6
-    assert TorchLR().optim == "adam" and TorchLR(fast=True).optim == "rmsprop"
+    assert len(SklearnLR(fasttest=True).grid_inner) < 6
+    assert TorchLR().optim == "adam" and TorchLR(fasttest=True).optim == "rmsprop"
     with pytest.raises(ValueError):
         make_classifier("svm")
 

@@ -2,19 +2,20 @@
 
 Probes: all-MiniLM-L6-v2's embeddings of 300 CR and 239 TREC sentences (the first 192 of 384 dimensions, as
 float16; tests/fixtures/minilm_transfer_embeddings.npz, taken from `mixcse eval`'s embedding cache), each
-protocol run with engine="fast" and engine="reference" (and SentEval's one-probe-at-a-time loop of
-tests/senteval_reference.py). Encoding: a tiny BERT, `encode_units` against `encode` one list at a time.
+protocol run with the library's probes and with the reference engines of tests/probe_reference.py (and SentEval's
+one-probe-at-a-time loop of tests/senteval_reference.py). Encoding: a tiny BERT, `encode_units` against `encode` one
+list at a time.
 """
 from pathlib import Path
 
 import numpy as np
 import pytest
 import senteval_reference as ref
+from probe_reference import reference_classifier
 from sklearn.linear_model import LogisticRegression
 
-from mixcse.evaluation import batched_logreg
-from mixcse.evaluation.classifiers import (
-    SklearnLR,
+from mixcse.evaluation import probe_newton
+from mixcse.evaluation.probes import (
     TorchLR,
     dev_split,
     inner_kfold,
@@ -43,8 +44,8 @@ def cr_split():
 
 def both(kind, mode, protocol, *args, **kw):
     out = []
-    for engine in ("fast", "reference"):
-        res = protocol(*args, make_classifier(kind, mode, engine=engine), **kw)
+    for clf in (make_classifier(kind, mode), reference_classifier(kind, mode)):
+        res = protocol(*args, clf, **kw)
         out.append(res[0] if isinstance(res, tuple) else res)
     return out
 
@@ -98,7 +99,7 @@ def test_batched_solver_reaches_each_problems_optimum():
     for p, (tr, _) in enumerate(problems):
         members[p, tr] = 1
     for C in (0.25, 8.0):
-        W = batched_logreg.solve(Xa, np.float64(y), members, C)
+        W = probe_newton.solve(Xa, np.float64(y), members, C)
         for (tr, _), w in zip(problems, W):
             exact = LogisticRegression(C=C, solver="newton-cholesky", tol=1e-12, max_iter=1000).fit(
                 np.float64(X[tr]) - mean, y[tr])
@@ -108,11 +109,11 @@ def test_batched_solver_reaches_each_problems_optimum():
 
 def test_sklearn_fast_engine_leaves_multiclass_tasks_and_single_problems_to_scikit_learn():
     _, ytr, _, _ = TREC
-    assert not batched_logreg.applicable(ytr, [(np.arange(len(ytr)), None)] * 3)  # six classes: lbfgs
-    assert batched_logreg.applicable(ytr, [(np.arange(len(ytr)), None)] * 3, max_classes=6)
-    assert not batched_logreg.applicable(ytr, [(np.flatnonzero(ytr != 5), None)] * 3, max_classes=6)  # one missing
+    assert not probe_newton.applicable(ytr, [(np.arange(len(ytr)), None)] * 3)  # six classes: lbfgs
+    assert probe_newton.applicable(ytr, [(np.arange(len(ytr)), None)] * 3, max_classes=6)
+    assert not probe_newton.applicable(ytr, [(np.flatnonzero(ytr != 5), None)] * 3, max_classes=6)  # one missing
     X, y = CR
-    assert not batched_logreg.applicable(y, [(np.arange(len(y)), None)])  # one problem
+    assert not probe_newton.applicable(y, [(np.arange(len(y)), None)])  # one problem
     fast, plain = both("sklearn-converged", "test", kfold_then_test, *TREC, k=5)
     assert fast == plain
 
@@ -123,20 +124,12 @@ def test_batched_solver_reaches_the_multinomial_optimum():
     mean = X.mean(0)
     Xa = np.c_[X - mean, np.ones(len(X))]
     rows = [np.arange(len(ytr)) % 5 != f for f in range(5)]
-    W = batched_logreg.solve(Xa, ytr, np.float64(rows), 2.0, classes=6)
+    W = probe_newton.solve(Xa, ytr, np.float64(rows), 2.0, classes=6)
     for r, w in zip(rows, W):
         exact = LogisticRegression(C=2.0, solver="newton-cholesky", tol=1e-12, max_iter=1000).fit(X[r] - mean, ytr[r])
         assert np.abs(w[:, :-1] - exact.coef_).max() < 1e-6 * max(1.0, np.abs(exact.coef_).max())
         # intercepts: only their differences matter (adding one number to all of them changes nothing)
         assert np.abs(np.diff(w[:, -1]) - np.diff(exact.intercept_)).max() < 1e-6
-
-
-def test_engines_are_named():
-    with pytest.raises(ValueError, match="engine"):
-        TorchLR(engine="turbo")
-    with pytest.raises(ValueError, match="engine"):
-        SklearnLR(engine="turbo")
-    assert make_classifier().engine == "fast" and make_classifier("sklearn", engine="reference").engine == "reference"
 
 
 # ------------------------------------------------------------------------------------------------ encoding
@@ -156,7 +149,7 @@ def encoder(tiny_bert):
 
 
 def test_encode_units_gives_each_list_the_bits_of_its_own_encode(encoder):
-    from mixcse.evaluation.encoding import _shares_rows
+    from mixcse.evaluation.embed import _shares_rows
 
     if not encoder.rows_are_independent(UNITS["c"], batch_size=8):
         # this CPU's kernels give a row other bits with other batch-mates: evaluation must not share rows
@@ -171,24 +164,27 @@ def test_encode_units_gives_each_list_the_bits_of_its_own_encode(encoder):
     assert not np.array_equal(alone, encoder.encode_units(UNITS, batch_size=3)["b"][2:3])
 
 
-def test_evaluation_encoding_fast_and_reference_paths_agree(encoder, tmp_path):
-    from mixcse.evaluation.encoding import encode_units
+def test_evaluation_encoding_fast_and_unit_by_unit_paths_agree(encoder, tmp_path, monkeypatch):
+    from mixcse.evaluation import embed
 
-    fast, stats = encode_units(encoder, UNITS, batch_size=4)
-    plain, plain_stats = encode_units(encoder, UNITS, batch_size=4, reference=True)
-    shared = encoder.rows_are_independent(UNITS["c"], batch_size=4)  # this CPU's kernels decide (see above)
+    fast, stats = embed.embed_units(encoder, UNITS, batch_size=4)
+    shared = encoder.rows_are_independent(UNITS["a"], batch_size=4)  # the first unit decides, on this CPU's kernels
     assert stats["computation"].startswith("each (sentence, padded width) once") == shared
+    with monkeypatch.context() as m:
+        m.setattr(embed, "_shares_rows", lambda *args: False)
+        plain, plain_stats = embed.embed_units(encoder, UNITS, batch_size=4)
     assert plain_stats["computation"] == "task by task"
     for name in UNITS:
-        assert fast[name][0] == plain[name][0] and np.array_equal(fast[name][1], plain[name][1])
+        assert fast[name].row == plain[name].row and np.array_equal(fast[name].matrix, plain[name].matrix)
     # a cache written by one path serves the other
-    encode_units(encoder, UNITS, batch_size=4, cache_dir=tmp_path)
-    cached, cached_stats = encode_units(encoder, UNITS, batch_size=4, cache_dir=tmp_path, reference=True)
-    assert cached_stats["encoded"] == 0 and all(np.array_equal(cached[n][1], plain[n][1]) for n in UNITS)
+    embed.embed_units(encoder, UNITS, batch_size=4, cache_dir=tmp_path)
+    monkeypatch.setattr(embed, "_shares_rows", lambda *args: False)
+    cached, cached_stats = embed.embed_units(encoder, UNITS, batch_size=4, cache_dir=tmp_path)
+    assert cached_stats["encoded"] == 0 and all(np.array_equal(cached[n].matrix, plain[n].matrix) for n in UNITS)
 
 
 def test_encoders_whose_rows_depend_on_their_batch_mates_are_encoded_unit_by_unit():
-    from mixcse.evaluation.encoding import encode_units
+    from mixcse.evaluation.embed import embed_units
 
     class BatchMean:
         """Each row shifted by its batch's mean: rows are not independent."""
@@ -204,6 +200,6 @@ def test_encoders_whose_rows_depend_on_their_batch_mates_are_encoded_unit_by_uni
         def encode_units(self, units, batch_size=64, show_progress=False):
             raise AssertionError("must not be used")
 
-    got, stats = encode_units(BatchMean(), UNITS, batch_size=4)
+    got, stats = embed_units(BatchMean(), UNITS, batch_size=4)
     assert stats["computation"] == "task by task"
-    assert np.array_equal(got["a"][1], BatchMean().encode(UNITS["a"]))
+    assert np.array_equal(got["a"].matrix, BatchMean().encode(UNITS["a"]))

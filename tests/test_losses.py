@@ -5,17 +5,18 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from reference import literal_loss, literal_released
+from reference import literal_distillation, literal_loss, literal_released
 
 from mixcse.losses import (
     PRESETS,
     ContrastiveObjective,
     bounded_lambda,
     contrastive_loss,
-    limit_mixed_cosine,
+    distillation_loss,
     materialised_mixcse_loss,
     mixed_similarities,
     objective_from_preset,
+    training_loss,
 )
 
 
@@ -72,17 +73,24 @@ def test_stop_gradient_sends_nothing_through_the_mixture(anchor_view):
 
 
 def test_mixed_logit_limit_claim():
-    """h_i.h'_i -> 1, h_i.h'_j -> 0, h'_i.h'_j -> 0 gives h_i.m'_ij -> lam / sqrt(lam^2 + (1-lam)^2)."""
+    """h_i.h'_i = 1, h_i.h'_j = 0, h'_i.h'_j = 0 gives h_i.m'_ij = lam / sqrt(lam^2 + (1-lam)^2) (about 0.24 at
+    lam 0.2): the closed form against the mixture built as a vector, then near-orthogonal random views."""
+    eye = torch.eye(6, dtype=torch.float64)  # h = h' = the unit vectors: the limit holds exactly
+    closed = mixed_similarities(eye @ eye.T, eye @ eye.T, 0.2)
+    built = torch.stack([torch.stack([F.normalize(0.2 * eye[i] + 0.8 * eye[j], dim=0) @ eye[i] for j in range(6)])
+                         for i in range(6)])
+    off = ~torch.eye(6, dtype=torch.bool)
+    assert torch.allclose(closed[off], built[off], atol=1e-12)
+    assert closed[off].min().item() == pytest.approx(0.2 / math.hypot(0.2, 0.8), abs=1e-12) \
+        == pytest.approx(0.2425356, abs=1e-7)
     d = 4096
     g = torch.Generator().manual_seed(0)
     h = F.normalize(torch.randn(32, d, dtype=torch.float64, generator=g), dim=-1)
     hp = F.normalize(h + 1e-4 * torch.randn(32, d, dtype=torch.float64, generator=g), dim=-1)
     mixed = mixed_similarities(h @ hp.T, hp @ hp.T, 0.2)
     off = ~torch.eye(32, dtype=torch.bool)
-    target = limit_mixed_cosine(0.2)
-    assert math.isclose(target, 0.2 / math.sqrt(0.04 + 0.64))
-    assert (mixed[off] - target).abs().max() < 0.05  # random high-dimensional vectors are nearly orthogonal
-    assert mixed[off].mean().item() == pytest.approx(target, abs=5e-3)
+    assert (mixed[off] - built[0, 1]).abs().max() < 0.05  # random high-dimensional vectors are nearly orthogonal
+    assert mixed[off].mean().item() == pytest.approx(built[0, 1].item(), abs=5e-3)
     assert (h @ hp.T)[off].abs().mean() < 0.05  # while the random negatives themselves carry ~0
 
 
@@ -185,3 +193,51 @@ def test_objective_validation():
     with pytest.raises(ValueError):
         contrastive_loss(torch.zeros(3, 2), torch.zeros(4, 2), PRESETS["mixcse"])
     assert objective_from_preset("mixcse", lam=None).lam == 0.2  # None means "keep the preset's value"
+
+
+# ------------------------------------------------------------------------------------------------ adaptation terms
+def near_duplicates(n=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(n, n, generator=g) < 0.3
+    return (mask | mask.T).fill_diagonal_(True)  # symmetric, like a similarity threshold; the diagonal is ignored
+
+
+@pytest.mark.parametrize("preset", ["simcse", "mixcse", "mixcse-single", "mixcse-wo-sg"])
+def test_excluded_negatives_equal_the_literal_loop_without_them(preset):
+    objective = PRESETS[preset]
+    exclude = near_duplicates()
+    z1, z2 = views()
+    fast = contrastive_loss(z1, z2, objective, exclude=exclude).loss
+    g_fast = torch.autograd.grad(fast, (z1, z2))
+    z1r, z2r = views()
+    ref = literal_loss(z1r, z2r, objective.lam, objective.temperature, objective.directions,
+                       objective.mix_grad == "stop", exclude=exclude.tolist())
+    g_ref = torch.autograd.grad(ref, (z1r, z2r))
+    assert torch.allclose(fast, ref, atol=1e-10)
+    assert all(torch.allclose(a, b, atol=1e-10) for a, b in zip(g_fast, g_ref))
+    # nothing excluded is the plain loss; blocks of anchors add up to the batch
+    assert torch.allclose(contrastive_loss(z1, z2, objective, exclude=torch.zeros(7, 7, dtype=torch.bool)).loss,
+                          contrastive_loss(z1, z2, objective).loss, atol=1e-12)
+    blocks = sum(contrastive_loss(z1, z2, objective, slice(a, a + 3), exclude=exclude).loss for a in (0, 3, 6))
+    assert torch.allclose(blocks, fast, atol=1e-12)
+    assert not torch.allclose(fast, contrastive_loss(z1, z2, objective).loss)
+
+
+def test_distillation_equals_the_literal_loop_and_vanishes_when_the_student_agrees():
+    z1, z2 = views()
+    teacher = torch.randn(7, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    fast = distillation_loss(z1, z2, teacher, 0.05)
+    grads = torch.autograd.grad(fast, (z1, z2))
+    z1r, z2r = views()
+    ref = literal_distillation(z1r, z2r, teacher, 0.05)
+    assert torch.allclose(fast, ref, atol=1e-10)
+    assert all(torch.allclose(a, b, atol=1e-10) for a, b in zip(grads, torch.autograd.grad(ref, (z1r, z2r))))
+    assert fast.item() > 0.1
+    same = teacher[:, :5].clone().requires_grad_()  # student views that are the teacher: KL 0
+    assert distillation_loss(same, same, teacher[:, :5], 0.05).item() == pytest.approx(0.0, abs=1e-12)
+    parts = sum(distillation_loss(z1, z2, teacher, 0.05, slice(a, a + 4)) for a in (0, 4))
+    assert torch.allclose(parts, fast, atol=1e-12)
+    total = training_loss(z1, z2, PRESETS["mixcse"], teacher=teacher, distill_weight=0.5)
+    plain = contrastive_loss(z1, z2, PRESETS["mixcse"])
+    assert torch.allclose(total.loss, plain.loss + 0.5 * fast, atol=1e-12)
+    assert torch.allclose(total.stats["distill_loss"], fast.detach())

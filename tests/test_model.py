@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import STAND_IN, TOPICS, needs_shared
+from conftest import STAND_IN, TOPICS, needs_example_data
 
 from mixcse.models.encoder import load_encoder
 
@@ -49,7 +49,7 @@ def test_length_buckets_tiny_bert(tiny_bert, pooler):
     check_bucketed_equals_single_pass(tiny_bert, pooler)
 
 
-@needs_shared(STAND_IN)
+@needs_example_data(STAND_IN)
 @pytest.mark.parametrize("pooler", ["cls", "avg"])
 def test_length_buckets_modernbert_stand_in(pooler):
     check_bucketed_equals_single_pass(STAND_IN, pooler)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FILLER, STAND_IN, TOPICS, make_tiny_bert, needs_shared
+from conftest import FILLER, STAND_IN, TOPICS, make_tiny_bert, needs_example_data
 
 from mixcse.cli import main
 from mixcse.models.export import export_onnx
@@ -68,8 +68,6 @@ def bert_onnx(tiny_bert, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def stand_in_onnx(tmp_path_factory) -> Path:
-    if not STAND_IN.exists():
-        pytest.skip(f"{STAND_IN} not present")
     out = tmp_path_factory.mktemp("onnx") / "stand-in"
     assert main(["export", str(STAND_IN), "--format", "onnx", "--quantize", "int8", "--output", str(out)]) == 0
     return out
@@ -118,7 +116,7 @@ def test_other_supported_architectures(model_type, tmp_path):
     assert _max_diff(tmp_path / "out", SENTENCES, 6, pooler="avg") <= 1e-4
 
 
-@needs_shared(STAND_IN)
+@needs_example_data(STAND_IN)
 def test_stand_in_fp32_and_int8(stand_in_onnx):
     assert sorted(os.listdir(stand_in_onnx / "onnx")) == ["model.onnx", "model_qint8.onnx"]
     assert _max_diff(stand_in_onnx, ENGLISH, 5) <= 1e-4
@@ -131,7 +129,7 @@ def test_stand_in_fp32_and_int8(stand_in_onnx):
     assert sizes["model_qint8.onnx"] < 0.4 * sizes["model.onnx"]
 
 
-@needs_shared(STAND_IN)
+@needs_example_data(STAND_IN)
 def test_exported_folder_loads_as_before(stand_in_onnx):
     """transformers and sentence-transformers (torch) load the folder; its pooling config is the one applied."""
     from sentence_transformers import SentenceTransformer
@@ -155,7 +153,7 @@ def test_backend_needs_no_torch(bert_onnx):
     assert out.stdout.split() == ["(4,", "64)", "False"]
 
 
-@needs_shared(STAND_IN)
+@needs_example_data(STAND_IN)
 def test_eval_backend_onnx_matches_torch(stand_in_onnx, capsys, tmp_path):
     """(A random tiny model's cosines all lie within ~1e-5 of each other, so its Spearman moves with 1e-6 noise: the
     stand-in's do not.)"""

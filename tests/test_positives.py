@@ -12,7 +12,7 @@ from conftest import FILLER, TOPICS, make_tiny_bert
 
 import mixcse
 from mixcse.data.documents import read_positive_pairs
-from mixcse.data.loader import open_corpus
+from mixcse.data.loader import CorpusLoader
 from mixcse.data.memory import PairedCorpus
 from mixcse.errors import ConfigError, DataError
 from mixcse.losses import PRESETS, contrastive_loss
@@ -97,5 +97,5 @@ def test_training_with_neighbour_positives(tiny_bert, docs, tmp_path, synthetic_
     result = mixcse.train(cfg, progress=False)
     assert result.steps == 3
     loader_cfg = TrainConfig(**(cfg | {"output_dir": "o"}))
-    paired, line = open_corpus(loader_cfg, load_encoder(str(tiny_bert))[1])
+    paired, line = CorpusLoader(loader_cfg).open(load_encoder(str(tiny_bert))[1])
     assert isinstance(paired, PairedCorpus) and "neighbours pairs" in line and len(paired) == 80 * 4

@@ -8,11 +8,16 @@ import pytest
 
 from mixcse.cli import main
 from mixcse.cli.encode import read_lines
-from mixcse.data.documents import read_sentences
+from mixcse.data.documents import read_segments
 from mixcse.data.reader import iter_lines, read_nonblank
 from mixcse.errors import DataError
 
 TEXT = "  first line \n\nsecond\t\n   \nthird\n"
+
+
+def lines_of(path, **kwargs) -> list[str]:
+    """A plain text file's training segments: every non-blank line."""
+    return read_segments(path, segment="line", min_words=1, **kwargs)[0]
 
 
 def write_gz(path, data: bytes):
@@ -75,10 +80,10 @@ def test_corrupt_or_truncated_gzip_is_a_data_error(tmp_path):
 def test_training_reader_keeps_its_messages(tmp_path):
     for path in corrupt_gzips(tmp_path):
         with pytest.raises(DataError, match="cannot read"):
-            read_sentences(path)
+            lines_of(path)
     (tmp_path / "blank.txt").write_text("\n  \n")
     with pytest.raises(DataError, match=r"^training file has no sentences: "):
-        read_sentences(tmp_path / "blank.txt")
+        lines_of(tmp_path / "blank.txt")
 
 
 def test_encode_input_errors_are_data_errors(tmp_path):

@@ -9,7 +9,9 @@ import yaml
 import mixcse
 from conftest import write_tiny_beir
 from mixcse.evaluation.pairs import read_pairs
-from mixcse.evaluation.selection import PairsSelector, Selection, StsbDevSelector, better
+from mixcse.evaluation.pairs import PairsEvaluator
+from mixcse.evaluation.selection import better
+from mixcse.evaluation.sts import STSEvaluator
 from mixcse.models.encoder import load_encoder
 from mixcse.models.sentence_encoder import SentenceEncoder
 
@@ -28,7 +30,7 @@ SENTENCES = ["t0w1 t0w2 the t1w3", "t5w5 a t6w6 t6w7", "t2w0 of t3w3"]
 def test_start_model_is_shipped_when_training_only_makes_selection_worse(tiny_bert, synthetic_data, tmp_path,
                                                                         monkeypatch, capsys):
     scores = iter([50.0, 40.0, 30.0])  # step 0 (start), 2, 4: every training step is worse
-    monkeypatch.setattr(StsbDevSelector, "__call__", lambda self, encoder: Selection(next(scores)))
+    monkeypatch.setattr(STSEvaluator, "__call__", lambda self, encoder, **kw: {"spearman": next(scores)})
     out = tmp_path / "run"
     result = mixcse.train(tiny(tiny_bert, synthetic_data, out))
     assert (result.best_step, result.best_dev, result.raw_dev) == (0, 50.0, 50.0)
@@ -46,7 +48,7 @@ def test_start_model_is_shipped_when_training_only_makes_selection_worse(tiny_be
 
 def test_a_better_checkpoint_replaces_the_start(tiny_bert, synthetic_data, tmp_path, monkeypatch):
     scores = iter([10.0, 40.0, 30.0])
-    monkeypatch.setattr(StsbDevSelector, "__call__", lambda self, encoder: Selection(next(scores)))
+    monkeypatch.setattr(STSEvaluator, "__call__", lambda self, encoder, **kw: {"spearman": next(scores)})
     result = mixcse.train(tiny(tiny_bert, synthetic_data, tmp_path / "run"))
     assert (result.best_step, result.best_dev, result.raw_dev) == (2, 40.0, 10.0)
     assert json.loads((tmp_path / "run/summary.json").read_text())["start_won"] is False
@@ -55,7 +57,7 @@ def test_a_better_checkpoint_replaces_the_start(tiny_bert, synthetic_data, tmp_p
 def test_save_candidates_keeps_every_scored_model_and_overwrite_removes_them(tiny_bert, synthetic_data, tmp_path,
                                                                             monkeypatch):
     scores = iter([10.0, 40.0, 30.0, 10.0, 40.0, 30.0])  # step 0 (start), 2, 4; twice
-    monkeypatch.setattr(StsbDevSelector, "__call__", lambda self, encoder: Selection(next(scores)))
+    monkeypatch.setattr(STSEvaluator, "__call__", lambda self, encoder, **kw: {"spearman": next(scores)})
     out = tmp_path / "run"
     cfg = tiny(tiny_bert, synthetic_data, out, save_candidates=True)
     mixcse.train(cfg)
@@ -150,7 +152,8 @@ def test_pairs_selection(tiny_bert, synthetic_data, tmp_path):
     assert result.select_metric == "pairs_spearman" and result.raw_dev is not None
     records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "pairs_spearman" in r] == [0, 2, 4]
-    score = PairsSelector(pairs)(SentenceEncoder.load(tmp_path / "run/best")).score
+    selector = PairsEvaluator([pairs])
+    score = selector.primary(selector(SentenceEncoder.load(tmp_path / "run/best"), batch_size=128))
     assert score == pytest.approx(result.best_dev, abs=1e-6)
 
 
@@ -192,12 +195,12 @@ def test_retrieval_selection_refuses_the_test_split(tmp_path):
 
     beir = write_tiny_beir(tmp_path / "beir")
     with pytest.raises(mixcse.MixCSEError, match="test split is refused"):
-        build_selector("retrieval", data_dir=None, select_data=str(beir), select_split="test", batch_size=8)
+        build_selector("retrieval", data_dir=None, select_data=str(beir), select_split="test")
 
 
 def test_resume_of_an_early_stopped_run_does_not_train_on(tiny_bert, synthetic_data, tmp_path, monkeypatch):
     scores = iter([50.0, 40.0])  # start, step 2 (worse): patience 1 stops at step 2; no further call is allowed
-    monkeypatch.setattr(StsbDevSelector, "__call__", lambda self, encoder: Selection(next(scores)))
+    monkeypatch.setattr(STSEvaluator, "__call__", lambda self, encoder, **kw: {"spearman": next(scores)})
     cfg = tiny(tiny_bert, synthetic_data, tmp_path / "run", max_steps=8, early_stopping_patience=1)
     assert mixcse.train(cfg).steps == 2
     before = (tmp_path / "run/metrics.jsonl").read_text()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import senteval_reference as ref
 
-from mixcse.evaluation.classifiers import (
+from mixcse.evaluation.probes import (
     DEFAULT_CLASSIFIER,
     TorchLR,
     dev_split,

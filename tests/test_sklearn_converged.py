@@ -5,15 +5,15 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import DOWNSTREAM, STAND_IN
+from conftest import DOWNSTREAM, STAND_IN, needs_example_data
+from probe_reference import ReferenceSklearnLR
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
-from mixcse.evaluation.classifiers import SklearnLR, inner_kfold, kfold_then_test
+from mixcse.evaluation.probes import SklearnLR, inner_kfold, kfold_then_test
 from mixcse.evaluation.senteval import load_binary, load_trec
 
-pytestmark = pytest.mark.skipif(not (STAND_IN / "model.safetensors").is_file() or not DOWNSTREAM.is_dir(),
-                                reason="needs ../shared (stand-in model and SentEval data)")
+pytestmark = needs_example_data(STAND_IN / "model.safetensors", DOWNSTREAM)
 
 
 def stock_fit(X, y, C):
@@ -60,13 +60,12 @@ def test_multiclass_kfold_same_choice_and_accuracy_as_a_cold_stock_fit(encoder):
     ytr = train.labels[rows]
     Xte, yte = encoder.encode(trec["test"].sentences[:200])[:, :64], trec["test"].labels[:200]
     C, devacc, acc = stock_kfold(Xtr, ytr, Xte, yte, SklearnLR().grid_kfold, k=5)
-    for engine in ("fast", "reference"):
-        clf = SklearnLR(engine=engine)
+    for engine, clf in (("fast", SklearnLR()), ("reference", ReferenceSklearnLR())):
         assert clf.multiclass_solver == "lbfgs" and clf.warm_start and clf.center  # the shortcuts under test are on
         got, _ = kfold_then_test(Xtr, ytr, Xte, yte, clf, k=5)
         assert (got["chosen_reg"], got["devacc"], got["acc"]) == (C, devacc, acc), engine
     # with sklearn's default tolerance the warm-started lbfgs stops short: 81.0 here instead of the optimum's 81.5
-    loose, _ = kfold_then_test(Xtr, ytr, Xte, yte, SklearnLR(multiclass_tol=1e-4, engine="reference"), k=5)
+    loose, _ = kfold_then_test(Xtr, ytr, Xte, yte, ReferenceSklearnLR(multiclass_tol=1e-4), k=5)
     assert loose["acc"] != acc
 
 
@@ -75,8 +74,7 @@ def test_binary_inner_kfold_same_choices_and_accuracies_as_cold_stock_fits(encod
     rows = np.concatenate([np.flatnonzero(mr.labels == c)[::40][:120] for c in (0, 1)])
     X, y = encoder.encode([mr.sentences[i] for i in rows]), mr.labels[rows]
     chosen, test = stock_inner_kfold(X, y, SklearnLR().grid_inner, k=5)
-    for engine in ("fast", "reference"):
-        clf = SklearnLR(engine=engine)
+    for engine, clf in (("fast", SklearnLR()), ("reference", ReferenceSklearnLR())):
         got = inner_kfold(X, y, clf, k=5)
         assert got["chosen_reg"] == chosen and got["fold_acc"] == test, engine
     assert clf.solver == "newton-cholesky" and clf.warm_start and clf.center  # the shortcuts under test were on

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import common, domain
-from conftest import TOPICS, needs_shared
+from conftest import TOPICS, needs_example_data
 
 TINY = ["--set", "max_steps=2", "eval_steps=1", "batch_size=8", "learning_rate=1e-3"]
 
@@ -99,7 +99,7 @@ def test_a_mixcse_run_cut_off_mid_training_resumes_from_its_checkpoint_and_recor
     assert domain.resumable_step(tmp_path / "cache" / key) is None  # the finished run's checkpoint is gone
 
 
-@needs_shared(domain.DATA)
+@needs_example_data(domain.DATA)
 def test_main_job_records_the_runs_summary_and_report(tiny_bert, tmp_path):
     results = tmp_path / "main_job.json"
     assert domain.main(["main-job", "--results", str(results), "--set", f"model={tiny_bert}", "max_steps=2",

@@ -1,8 +1,6 @@
-"""CLI glue for `mixcse eval` and `mixcse data download` (wired into mixcse/cli/__init__.py).
-
-Both commands print a user-facing failure (missing data, bad file, refused overwrite) as one `error: ...` line
-and return non-zero, so that scripts can tell a data problem from a crash.
-"""
+"""``mixcse eval MODEL``: the SentEval protocol, retrieval and labelled pairs, through the evaluators of
+mixcse.evaluation; a user-facing failure (missing data, bad file, refused overwrite) is one `error: ...` line and
+exit 2, so that scripts can tell a data problem from a crash."""
 from __future__ import annotations
 
 import argparse
@@ -12,16 +10,11 @@ from pathlib import Path
 
 from mixcse.cli.encode import BACKENDS, INFERENCE_PRECISIONS, check_backend
 from mixcse.errors import MixCSEError
-from mixcse.evaluation.classifiers import CLASSIFIER_ALIASES, CLASSIFIERS, DEFAULT_CLASSIFIER
-from mixcse.evaluation.runner import evaluate, expand_tasks, format_tables
-from mixcse.evaluation.senteval import default_data_dir
+from mixcse.evaluation.probes import CLASSIFIER_ALIASES, CLASSIFIERS, DEFAULT_CLASSIFIER
+from mixcse.evaluation.runner import evaluate, format_tables
+from mixcse.evaluation.tasks import expand_tasks
+from mixcse.models import inference
 from mixcse.utils.files import atomic_write_json, check_new_output, to_jsonable
-
-
-def resolve_encoder(model, pooler=None, precision="fp32", backend="torch"):  # tests substitute a fake encoder
-    from mixcse.evaluation.encoding import resolve_encoder as _resolve
-
-    return _resolve(model, pooler=pooler, precision=precision, backend=backend)
 
 
 def _error(msg: str) -> int:
@@ -48,8 +41,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                              "regression, the protocol of the SimCSE/MixCSE papers; sklearn-converged (alias "
                              "sklearn): scikit-learn LogisticRegression solved to convergence on SentEval's C grids")
     parser.add_argument("--data-dir", default=None,
-                        help="SentEval data (the downstream/ folder or its parent); default $MIXCSE_DATA, then ./data, "
-                             "then ../shared/data/downstream (the first that exists)")
+                        help="SentEval data (the downstream/ folder or its parent); default: $MIXCSE_DATA, then "
+                             "./data, then the folder `mixcse data download` fills (~/.cache/mixcse/data)")
     parser.add_argument("--output", default=None, help="write every number and the exact settings as JSON here")
     parser.add_argument("--overwrite", action="store_true", help="allow replacing an existing --output file")
     parser.add_argument("--cache-dir", default=None, help="on-disk embedding cache, keyed by model fingerprint")
@@ -109,10 +102,9 @@ def run_eval(args: argparse.Namespace) -> int:
         check_backend(backend, args.precision)
     except MixCSEError as exc:
         return _error(str(exc))
-    data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     try:
-        encoder = resolve_encoder(args.model, pooler=args.pooler, precision=args.precision, backend=backend)
-        results = evaluate(encoder, tasks=tasks, data_dir=data_dir, mode=args.mode, classifier=args.classifier,
+        encoder = inference.open_encoder(args.model, pooler=args.pooler, precision=args.precision, backend=backend)
+        results = evaluate(encoder, tasks=tasks, data_dir=args.data_dir, mode=args.mode, classifier=args.classifier,
                            cache_dir=args.cache_dir, batch_size=args.batch_size, workers=args.workers,
                            retrieval_data=retrieval_data, retrieval_split=getattr(args, "split", "test"),
                            max_seq_length=getattr(args, "max_seq_length", None), pairs_data=pairs_data)
@@ -144,27 +136,3 @@ def _update_card(model, results: dict) -> None:
 
     update_model_card_with_eval(Path(model), to_jsonable(results))
     print(f"updated the model card {Path(model) / 'README.md'}")
-
-
-def add_data_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("action", choices=("download",), help="download: fetch and verify the benchmark data")
-    parser.add_argument("--dest", default="data", help="target folder (default ./data): DEST/downstream/... and "
-                                                       "DEST/wiki1m_for_simcse.txt")
-    parser.add_argument("--what", default="senteval,wiki1m", help="comma-separated: senteval, wiki1m")
-    parser.add_argument("--base-url", default=None,
-                        help="where senteval.tar and wiki1m_for_simcse.txt live (default $MIXCSE_DATA_URL, then the "
-                             "SimCSE authors' dataset repository)")
-    return parser
-
-
-def run_data(args: argparse.Namespace) -> int:
-    from mixcse.data.download import download
-
-    try:
-        report = download(args.dest, what=args.what.split(","), base_url=args.base_url)
-    except MixCSEError as exc:
-        return _error(str(exc))
-    for item, rep in report.items():
-        print(f"{item}: {rep['status']} -> {rep['path']}")
-    return 0
-

@@ -256,7 +256,7 @@ def read_segments(path: str | os.PathLike, *, text_column: str | None = None, se
     return segments, reader.stats
 
 
-POSITIVES = ("dropout", "neighbours", "title")
+POSITIVES = ("dropout", "neighbours", "title", "mined")  # mined: pairs the trainer finds with the start model
 
 
 def read_positive_pairs(path: str | os.PathLike, *, positives: str, text_column: str | None = None,
@@ -269,7 +269,7 @@ def read_positive_pairs(path: str | os.PathLike, *, positives: str, text_column:
     text as one passage (documents without a title are skipped). ``dedupe`` drops pairs whose anchor was seen;
     ``max_sentences`` keeps the first N pairs. Stats as ``Segments.stats``, ``segments`` counting pairs.
     """
-    if positives not in POSITIVES[1:]:
+    if positives not in ("neighbours", "title"):
         raise DataError(f"positives must be one of {', '.join(POSITIVES)}, got {positives!r}")
     reader = Segments(path, text_column=text_column, segment="sentence" if positives == "neighbours" else "passage",
                       min_words=min_words, dedupe=dedupe)
@@ -329,8 +329,3 @@ def describe(stats: dict, token_stats: dict | None = None) -> str:
                  + ("share truncated unknown" if share is None else f"{share:.1%} truncated")
                  + f" at max_seq_length {token_stats['max_seq_length']}")
     return line
-
-
-def read_sentences(path: str | Path, *, max_sentences: int | None = None, dedupe: bool = False) -> list[str]:
-    """Non-blank, stripped lines; strict UTF-8 so that a binary or mis-encoded file fails loudly, with its line."""
-    return read_segments(path, segment="line", min_words=1, dedupe=dedupe, max_sentences=max_sentences)[0]

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
 
 from mixcse.errors import DataError
-from mixcse.utils.files import normal_file_mode
+from mixcse.utils.files import cache_home, normal_file_mode
 
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
 BASE_URL_ENV = "MIXCSE_DATA_URL"
@@ -259,7 +259,7 @@ def install_file(dest: Path, name: str, base_url: str, expected: tuple[int, str]
             "verified": expected is not None}
 
 
-def download(dest: str | os.PathLike = "data", what: Iterable[str] = ITEMS, base_url: str | None = None, *,
+def download(dest: str | os.PathLike | None = None, what: Iterable[str] = ITEMS, base_url: str | None = None, *,
              senteval_checksums: dict[str, tuple[int, str]] | None = None,
              wiki1m_checksum: tuple[int, str] | None = WIKI1M_CHECKSUM,
              log: Callable[[str], None] | None = None) -> dict:
@@ -273,7 +273,7 @@ def download(dest: str | os.PathLike = "data", what: Iterable[str] = ITEMS, base
     unknown = [w for w in what if w not in ITEMS]
     if unknown or not what:
         raise DataError(f"unknown item(s) {unknown or what}; choose from {', '.join(ITEMS)}")
-    dest = Path(dest)
+    dest = Path(dest) if dest is not None else cache_home() / "data"
     if dest.exists() and not dest.is_dir():
         raise DataError(f"--dest {dest} exists and is not a folder")
     created = [p for p in (dest, *dest.parents) if not p.exists()]

@@ -36,7 +36,7 @@ class CorpusLoader:
     ``CorpusLoader(cfg)`` reads the text (``corpus: memory``; raises ``DataError`` for a bad file) or checks the
     file and reading options (``corpus: disk``, which reads while it tokenises). ``.open(tokenizer)`` returns
     (the ``Corpus``, the line that describes it): an in-memory ``TokenizedCorpus`` of the segments the run uses, or
-    a ``disk.ShardedCorpus`` built on first use.
+    a ``disk.ShardedCorpus`` built on first use. ``.plan`` is the run's ``BatchPlan`` (after ``open`` for disk).
     """
 
     def __init__(self, cfg):
@@ -57,6 +57,7 @@ class CorpusLoader:
         cfg = self.cfg
         if cfg.corpus == "disk":
             corpus = open_sharded_corpus(cfg, tokenizer, cache_dir=cfg.corpus_cache_dir, progress=progress)
+            self.plan = BatchPlan(len(corpus), cfg.batch_size, cfg.seed)
             return corpus, describe(corpus.stats["text"], corpus.stats["tokens"])
         used = self.plan.used_indices(self.plan.total_steps(cfg))
         if cfg.positives != "dropout":
@@ -65,11 +66,6 @@ class CorpusLoader:
             memory = TokenizedCorpus(self.sentences, tokenizer, cfg.max_seq_length, used)
         self.sentences = None  # the token ids are what the run keeps
         return memory, describe(self.text_stats, memory.stats)
-
-
-def open_corpus(cfg, tokenizer, *, progress: bool = True) -> tuple[Corpus, str]:
-    """``CorpusLoader(cfg).open(tokenizer)``: both phases at once."""
-    return CorpusLoader(cfg).open(tokenizer, progress=progress)
 
 
 class BatchPlan:

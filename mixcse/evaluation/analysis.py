@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mixcse.evaluation import senteval as D
+from mixcse.evaluation.evaluator import Evaluator
 from mixcse.evaluation.senteval import PairSet
 
 ANALYSIS_SPLITS = ("dev", "test")
@@ -79,6 +81,25 @@ def analyse(stsb: dict[str, PairSet], embed) -> dict:
            **sphere_stats(embed(sentences)), "n_positive_pairs": int(len(pos))}
     return {k: out[k] for k in ("alignment", "uniformity", "max_angle", "mean_angle", "mean_cosine",
                                 "n_positive_pairs", "n_sentences")}
+
+
+class AnalysisEvaluator(Evaluator):
+    """The paper's embedding-space figures on STS-B dev+test: alignment (primary; lower is better), uniformity, the
+    max / mean pairwise angle."""
+
+    name = section = "analysis"
+    primary_metric = "alignment"
+    greater_is_better = False
+    description = "alignment / uniformity / angles on STS-B dev+test"
+
+    def __init__(self, data_dir):
+        self.data = {split: D.load_stsb(data_dir, split) for split in ANALYSIS_SPLITS}
+
+    def units(self) -> dict[str, list[str]]:
+        return {self.name: [s for ps in self.data.values() for s in ps.sentences()]}
+
+    def score(self, embeddings, encoder=None, **_) -> dict:
+        return analyse(self.data, embeddings[self.name])
 
 
 # ------------------------------------------------------------------------------------------------------ plots

@@ -15,9 +15,10 @@ from typing import Any
 
 import yaml
 
+from mixcse.evaluation.tasks import STS_TASKS, TRANSFER_TASKS, label
 from mixcse.models.formats import LAYER_POOLERS
 from mixcse.utils.files import atomic_write_text, read_json_or_none, to_jsonable
-from mixcse.utils.tables import STS_TASKS, TRANSFER_TASKS, label, markdown_table, number
+from mixcse.utils.tables import markdown_table, number
 
 CARD_FILE = "README.md"
 RECORD_FILE = "mixcse.json"

@@ -1,9 +1,9 @@
-"""Pair classification and pair similarity on the user's own labelled pairs.
+"""Pair classification and pair similarity on the user's own labelled pairs (``PairsEvaluator``).
 
 Interface:
     read_pairs(path) -> PairSet          a .tsv/.csv of sentence1, sentence2, label (or score)
     score_pairs(emb_a, emb_b, labels)    -> metrics dict (x100) of the cosine similarities
-    evaluate_pairs(encoder, paths)       -> {name: metrics} for one or more files, each sentence embedded once
+    PairsEvaluator(paths)(encoder)       -> {name: metrics} for one or more files, each sentence embedded once
 
 Binary labels (0/1: duplicate or not, paraphrase or not) are scored as MTEB's PairClassification scores them:
 ``ap`` = average precision of the cosine similarities (scikit-learn's ``average_precision_score``; the primary
@@ -21,7 +21,7 @@ import numpy as np
 
 from mixcse.evaluation import senteval as D
 from mixcse.evaluation import sts as S
-from mixcse.evaluation.encoding import encode_raw
+from mixcse.evaluation.evaluator import Evaluator
 
 LABEL_COLUMNS = ("label", "score")
 
@@ -56,6 +56,9 @@ def read_pairs(path: str | Path) -> D.PairSet:
         scores.append(D._score(row[columns[2]], path, lineno))
     if len(a) < 2:
         raise D.DataError(f"{path}: needs at least two labelled pairs, found {len(a)}")
+    if len(set(scores)) == 1:
+        raise D.DataError(f"{path}: every pair has the label {scores[0]:g}, only one label value: pair scores need "
+                          f"both classes (0 and 1: average precision) or graded scores that vary (Spearman)")
     return D.PairSet(a, b, np.asarray(scores, dtype=np.float64), str(path))
 
 
@@ -112,28 +115,6 @@ def pair_file_names(paths: Iterable[str | Path]) -> list[str]:
         depth += 1
 
 
-def score_pair_sets(encoder, sets: list[D.PairSet], batch_size: int = 64) -> dict[str, dict]:
-    """``{name: metrics}`` of ``encoder`` (a ``SentenceEncoder``, anything with ``encode``, or a callable) on pair
-    sets read by ``read_pairs`` (named after their files); every distinct sentence across them is embedded once."""
-    unique = list(dict.fromkeys(s for ps in sets for s in ps.a + ps.b))
-    emb = encode_raw(encoder, unique, batch_size)
-    row = {s: i for i, s in enumerate(unique)}
-    results = {}
-    for name, ps in zip(pair_file_names([ps.source for ps in sets]), sets):
-        ia = np.fromiter((row[s] for s in ps.a), dtype=np.int64, count=len(ps.a))
-        ib = np.fromiter((row[s] for s in ps.b), dtype=np.int64, count=len(ps.b))
-        results[name] = {"file": ps.source, **score_pairs(emb[ia], emb[ib], ps.scores)}
-    return results
-
-
-def evaluate_pairs(encoder, paths: str | Path | Iterable[str | Path], batch_size: int = 64) -> dict[str, dict]:
-    """``score_pair_sets`` on pair files."""
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    if not paths:
-        raise D.DataError("no pair files given")
-    return score_pair_sets(encoder, [read_pairs(p) for p in paths], batch_size)
-
-
 def format_pairs_table(results: dict[str, dict]) -> list[str]:
     """Markdown lines: one row per file with its primary metric first."""
     from mixcse.utils.tables import markdown_table, number
@@ -147,17 +128,46 @@ def format_pairs_table(results: dict[str, dict]) -> list[str]:
     return markdown_table(["Pairs", "n", "AP", "Acc.", "F1", "Spearman"], rows)
 
 
-class HeldOutPairs:
-    """Pair files never used for selection, scored on a model: ``held_out(encoder) -> {name: {"metric", "value"}}``.
+class PairsEvaluator(Evaluator):
+    """Labelled pair files scored by the cosines of their two sentences: cosine average precision x100 (MTEB
+    PairClassification's main metric) for 0/1 labels, with accuracy and F1 at their best thresholds; Spearman x100
+    for graded labels. Every distinct sentence of all the files is embedded once (one unit).
 
-    A training run scores them on the start model and on best/ (config key ``test_pairs``), so that the held-out
-    effect of adaptation is printed and recorded next to the selection metric. The files are read at construction:
-    a bad file fails before training starts."""
+    Results: ``{file name: metrics}`` (``pair_file_names``). With one file the evaluator can select checkpoints:
+    its name is ``pairs_ap`` or ``pairs_spearman`` and its primary metric that file's main one."""
 
-    def __init__(self, paths: Iterable[str | Path], batch_size: int = 128):
+    section = "pairs"
+    extra_metrics = ("accuracy", "f1")
+
+    def __init__(self, paths: str | Path | Iterable[str | Path], *, name: str | None = None):
+        paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        if not paths:
+            raise D.DataError("no pair files given")
         self.sets = [read_pairs(p) for p in paths]
-        self.batch_size = batch_size
+        self.files = pair_file_names([ps.source for ps in self.sets])
+        binary = is_binary(self.sets[0].scores)
+        self.primary_metric = "ap" if binary else "spearman"
+        self.name = name or (f"pairs_{self.primary_metric}" if len(paths) == 1 else "pairs")
+        what = "cosine average precision" if binary else "Spearman of cosine similarities"
+        self.description = (f"{what} x100 on {len(self.sets[0])} labelled pairs ({paths[0]})" if len(paths) == 1 else
+                            f"pair AP / Spearman x100 on {len(paths)} files")
 
-    def __call__(self, encoder) -> dict[str, dict]:
-        results = score_pair_sets(encoder, self.sets, batch_size=self.batch_size)
-        return {name: {"metric": r["main"], "value": r[r["main"]], "file": r["file"]} for name, r in results.items()}
+    def units(self) -> dict[str, list[str]]:
+        return {self.name: [s for ps in self.sets for s in ps.a + ps.b]}
+
+    def score(self, embeddings, encoder=None, **_) -> dict[str, dict]:
+        embed = embeddings[self.name]
+        return {name: {"file": ps.source, **score_pairs(embed(ps.a), embed(ps.b), ps.scores)}
+                for name, ps in zip(self.files, self.sets)}
+
+    def _only(self, results: dict) -> dict:
+        if len(results) != 1:
+            raise ValueError("a primary metric needs a PairsEvaluator of one file")
+        return next(iter(results.values()))
+
+    def primary(self, results: dict) -> float:
+        one = self._only(results)
+        return float(one[one["main"]])
+
+    def extras(self, results: dict) -> dict[str, float]:
+        return super().extras(self._only(results))

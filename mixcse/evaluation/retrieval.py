@@ -10,6 +10,8 @@ Interface:
   selection: every document judged relevant for the split's queries plus a random sample of the rest.
 - ``evaluate_retrieval(encoder, data, *, batch_size=64, max_seq_length=None, top_k=100, backend="auto",
   cache_dir=None) -> dict``: encode queries and documents, exact cosine top-k over the whole corpus, score.
+- ``RetrievalEvaluator(data_dir, split, ...)``: the same as an evaluator (``mixcse eval --tasks retrieval``, and
+  checkpoint selection on a seeded sub-corpus with ``subset=True``).
 - ``score_retrieval(query_emb, doc_emb, data, *, top_k=100, backend="auto") -> dict``: the search and metrics
   alone, for callers that hold embeddings already (rows follow ``data.query_ids`` / ``data.doc_ids``).
 
@@ -39,7 +41,8 @@ import numpy as np
 
 from mixcse.data.reader import iter_json_records
 from mixcse.errors import DataError, MixCSEError
-from mixcse.evaluation.encoding import encode_raw, encode_unique, encoder_fingerprint
+from mixcse.evaluation.embed import embed_units, encode_raw, encoder_fingerprint
+from mixcse.evaluation.evaluator import Evaluator
 from mixcse.models.search import top_k_cosine
 
 METRIC_LIBRARY = "ir-measures"
@@ -257,20 +260,14 @@ class _Keyed:
 
 
 def _encode(encoder: _Keyed, texts: list[str], batch_size: int, cache_dir) -> np.ndarray:
-    """Embeddings in input order, ENCODE_CHUNK texts per call: the tokenised text of a million documents
-    at once would take more memory than their embeddings."""
-    out = None
-    for start in range(0, len(texts), ENCODE_CHUNK):
-        part = texts[start:start + ENCODE_CHUNK]
-        if cache_dir is not None and encoder.fingerprint:
-            index, emb, _ = encode_unique(encoder, part, batch_size=batch_size, cache_dir=cache_dir)
-            emb = emb[[index[t] for t in part]]
-        else:
-            emb = encode_raw(encoder, part, batch_size)
-        if out is None:
-            out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)
-        out[start:start + len(part)] = emb
-    return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+    """Embeddings in input order, ENCODE_CHUNK texts per unit: the tokenised text of a million documents at once
+    would take more memory than their embeddings."""
+    chunks = {f"chunk-{k}": texts[start:start + ENCODE_CHUNK]
+              for k, start in enumerate(range(0, len(texts), ENCODE_CHUNK))}
+    if not chunks:
+        return np.zeros((0, 0), dtype=np.float32)
+    embedded, _ = embed_units(encoder, chunks, batch_size=batch_size, cache_dir=cache_dir)
+    return np.concatenate([embedded[k](part) for k, part in chunks.items()])
 
 
 def evaluate_retrieval(encoder: Any, data: BeirData, *, batch_size: int = 64, max_seq_length: int | None = None,
@@ -308,3 +305,41 @@ def protocol(data: BeirData, *, top_k: int = DEEPEST_CUTOFF, backend: str = "aut
             "metric_library": f"{METRIC_LIBRARY} {version('ir-measures')} "
                               f"(pytrec_eval-terrier {version('pytrec-eval-terrier')})",
             "average": "mean over judged queries", **data.notes}
+
+
+class RetrievalEvaluator(Evaluator):
+    """nDCG@10 (primary), MAP@10, MRR@10 and recall@100 x100 on one split of a BEIR folder, MTEB's protocol.
+
+    ``subset=True`` (checkpoint selection) scores a fixed, seeded sub-corpus (``dev_subset``: the split's relevant
+    documents plus ``n_distractors`` others), so that a selection pass costs seconds, not the minutes of the whole
+    corpus; selection on the test split is refused. ``max_seq_length``: the truncation length while encoding."""
+
+    section = "retrieval"
+    primary_metric = "ndcg@10"
+
+    def __init__(self, data_dir, split: str = "test", *, max_seq_length: int | None = None, subset: bool = False,
+                 n_distractors: int | None = None, seed: int = 0):
+        if subset and split == "test":
+            raise DataError("selection on a test split is refused: select on train or dev, report on test")
+        self.data = load_beir(data_dir, split)
+        self.max_seq_length = max_seq_length
+        if subset:
+            full = self.data.n_documents
+            self.data = dev_subset(self.data, seed=seed,
+                                   **({} if n_distractors is None else {"n_distractors": n_distractors}))
+            self.name = f"{split}_{self.primary_metric}"
+            self.description = (f"nDCG@10 x100 on {Path(data_dir).name} {split} ({self.data.n_queries} queries, "
+                                f"{self.data.n_documents} of {full} documents: the relevant ones and a seeded sample)")
+        else:
+            self.name = "retrieval"
+            self.description = f"nDCG@10 x100 on {Path(data_dir).name} {split} (whole corpus)"
+
+    def score(self, embeddings, encoder=None, *, batch_size: int = 64, cache_dir=None) -> dict:
+        return evaluate_retrieval(encoder, self.data, batch_size=batch_size, max_seq_length=self.max_seq_length,
+                                  cache_dir=cache_dir)
+
+    def extras(self, results: dict) -> dict[str, float]:
+        out = {k: float(v) for k, v in results.items()
+               if k != self.primary_metric and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        out["select_seconds"] = float(results["seconds"]["total"])
+        return out

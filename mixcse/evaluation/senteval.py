@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from mixcse.errors import DataError
+from mixcse.utils.files import cache_home
 
 STS_SUBSETS: dict[str, tuple[str, ...]] = {
     "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
@@ -35,23 +36,26 @@ def _join(text: str) -> str:
     return " ".join(text.split())
 
 
-def default_data_dir() -> Path:
-    """`$MIXCSE_DATA`, else `./data`, else the shared copy at `../shared/data/downstream` (the dev setup)."""
+def data_dir_candidates() -> list[tuple[str, Path]]:
+    """Where the SentEval folder is looked for, in order: ``$MIXCSE_DATA``, ``./data``, and the folder
+    ``mixcse data download`` fills by default (``~/.cache/mixcse/data``, or ``$MIXCSE_CACHE/data``)."""
     env = os.environ.get("MIXCSE_DATA")
-    if env:
-        return Path(env)
-    here = Path("data")
-    if here.exists():
-        return here
-    shared = Path("..") / "shared" / "data" / "downstream"
-    if shared.exists():
-        return shared
-    return here
+    return ([("$MIXCSE_DATA", Path(env))] if env else []) + [("./data", Path("data")),
+                                                              ("the download folder", cache_home() / "data")]
+
+
+def default_data_dir() -> Path | None:
+    """The first existing folder of ``data_dir_candidates()``; None when there is none."""
+    return next((path for _, path in data_dir_candidates() if path.exists()), None)
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     """Accept both the SentEval `downstream/` folder and its parent (what `mixcse data download` writes)."""
     path = Path(data_dir) if data_dir is not None else default_data_dir()
+    if path is None:
+        looked = ", ".join(str(p) for _, p in data_dir_candidates())
+        raise DataError(f"no SentEval data found (looked in {looked}): run `mixcse data download` (it fills "
+                        f"{cache_home() / 'data'}), or pass --data-dir DIR / set $MIXCSE_DATA")
     if (path / "downstream").is_dir() and not (path / "STS").is_dir():
         path = path / "downstream"
     if not path.is_dir():

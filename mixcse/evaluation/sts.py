@@ -1,4 +1,4 @@
-"""Unsupervised STS scoring: cosine of the two embeddings against the gold score, no regressor.
+"""Unsupervised STS: cosine of the two embeddings against the gold score, no regressor (``STSEvaluator``).
 
 The headline number for STS12-16 is Spearman over all subsets pooled ("all"), which is what SimCSE and MixCSE
 report. Older baselines averaged per-subset correlations weighted by subset size ("wmean"); the two are not
@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
+from mixcse.evaluation import senteval as D
+from mixcse.evaluation.evaluator import Evaluator
 from mixcse.evaluation.senteval import PairSet
 
 
@@ -87,3 +90,47 @@ def score_sts_task(subsets: dict[str, PairSet], embed) -> dict:
 def finite_mean(values) -> float:
     vals = [float(v) for v in values]
     return float(np.mean(vals)) if vals and all(math.isfinite(v) for v in vals) else float("nan")
+
+
+class STSEvaluator(Evaluator):
+    """Spearman x100 of cosine similarities against graded gold scores: one of SentEval's STS12-16 (its subsets, the
+    pooled "all" headline), STS-B or SICK-R test, or STS-B dev (``STSEvaluator.stsb_dev``, SimCSE's and MixCSE's
+    checkpoint selection; with ``analysis=True`` the alignment / uniformity / angle figures of the same embeddings
+    ride along). Results: ``spearman`` (primary), ``pearson``, ``n`` (+ per-subset figures for STS12-16)."""
+
+    section = "sts"
+    primary_metric = "spearman"
+
+    def __init__(self, name: str, data: PairSet | dict[str, PairSet], description: str, *, analysis: bool = False):
+        self.name, self.data, self.description, self.analysis = name, data, description, analysis
+        self.extra_metrics = ("alignment", "uniformity", "max_angle", "mean_angle") if analysis else ()
+
+    @classmethod
+    def senteval(cls, task: str, data_dir) -> "STSEvaluator":
+        """One of the 7 STS tasks of the SentEval protocol, read from the SentEval folder ``data_dir``."""
+        if task in D.STS_SUBSETS:
+            return cls(task, D.load_sts(data_dir, task), f"{task} 'all' Spearman x100 ({len(D.STS_SUBSETS[task])} "
+                                                         f"subsets)")
+        data = D.load_stsb(data_dir, "test") if task == "STSBenchmark" else D.load_sick(data_dir, "test_annotated")
+        return cls(task, data, f"{task} test Spearman x100 ({len(data)} pairs)")
+
+    @classmethod
+    def stsb_dev(cls, data_dir, *, analysis: bool = False) -> "STSEvaluator":
+        return cls("stsb_dev", D.load_stsb(data_dir, "dev"),
+                   f"STS-B dev Spearman x100 ({Path(data_dir) / 'STS/STSBenchmark/sts-dev.csv'})", analysis=analysis)
+
+    def units(self) -> dict[str, list[str]]:
+        sets = self.data.values() if isinstance(self.data, dict) else [self.data]
+        return {self.name: [s for ps in sets for s in ps.sentences()]}
+
+    def score(self, embeddings, encoder=None, **_) -> dict:
+        embed = embeddings[self.name]
+        if isinstance(self.data, dict):
+            return score_sts_task(self.data, embed)
+        out = score_pairs(embed(self.data.a), embed(self.data.b), self.data.scores)
+        if self.analysis:
+            from mixcse.evaluation.analysis import analyse
+
+            stats = analyse({"dev": self.data}, embed)
+            out.update({k: stats[k] for k in self.extra_metrics})
+        return out

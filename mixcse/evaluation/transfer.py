@@ -1,4 +1,4 @@
-"""SentEval transfer tasks: frozen embeddings, logistic-regression probe, test accuracy.
+"""SentEval transfer tasks: frozen embeddings, logistic-regression probe, test accuracy (``TransferEvaluator``).
 
 MR/CR/SUBJ/MPQA: k-fold CV (L2 picked by inner k-fold CV); SST-2: L2 picked on dev; TREC and MRPC: L2 picked by
 k-fold CV on train, refit on train, scored on test. MRPC's features are [|u-v|, u*v]. Always the *test* number
@@ -12,7 +12,8 @@ import numpy as np
 from sklearn.metrics import f1_score
 
 from mixcse.evaluation import senteval as D
-from mixcse.evaluation.classifiers import SEED, dev_split, inner_kfold, kfold_then_test, single_threaded
+from mixcse.evaluation.evaluator import Evaluator
+from mixcse.evaluation.probes import SEED, dev_split, inner_kfold, kfold_then_test, single_threaded
 
 INNER_CV_TASKS = ("MR", "CR", "SUBJ", "MPQA")
 
@@ -61,3 +62,24 @@ def run_task(task: str, loaded, embed, clf, kfold: int, seed: int = SEED) -> dic
             out["f1"] = round(100 * float(f1_score(yte, yhat)), 2)
             return out
     raise KeyError(task)
+
+
+class TransferEvaluator(Evaluator):
+    """One SentEval transfer task: a logistic-regression probe on the frozen embeddings, its test accuracy x100
+    (``acc``, primary; MRPC adds ``f1``). ``classifier``: a probe from ``probes.make_classifier``; ``kfold``: 10
+    (the published protocol) or 5 (fasttest). Picklable, so that ``evaluate(workers=N)`` can score it in a worker
+    process."""
+
+    section = "transfer"
+    primary_metric = "acc"
+
+    def __init__(self, task: str, data_dir, classifier, kfold: int):
+        self.name, self.classifier, self.kfold = task, classifier, kfold
+        self.data = load_task(data_dir, task)
+        self.description = f"{task} test accuracy x100 ({classifier.name} probe, {kfold} folds)"
+
+    def units(self) -> dict[str, list[str]]:
+        return {self.name: task_sentences(self.name, self.data)}
+
+    def score(self, embeddings, encoder=None, **_) -> dict:
+        return run_task(self.name, self.data, embeddings[self.name], self.classifier, self.kfold, SEED)

@@ -47,8 +47,10 @@ class TrainConfig:
     # shards cached on disk, read per batch (mixcse/data/disk.py), so that RAM does not grow with the corpus
     corpus: str = "memory"
     # the second view of each anchor: dropout (the paper: the same sentence again), neighbours (the next sentence of
-    # its document) or title (a document's title as anchor, its text as positive); see docs/domain-adaptation.md
+    # its document), title (a document's title as anchor, its text as positive) or mined (its mutual nearest
+    # neighbour by the start model, at cosine >= mine_threshold; the others keep dropout); docs/domain-adaptation.md
     positives: str = "dropout"
+    mine_threshold: float = 0.9
     corpus_cache_dir: str | None = None  # disk: where the shards go (None: $MIXCSE_CACHE/corpus or ~/.cache/mixcse)
     # documents (.jsonl/.csv/.tsv/.parquet) vs plain lines: see docs/training-data.md; None = the format's default
     text_column: str | None = None  # default: "text", with "title" in front when there is one (BEIR)
@@ -75,6 +77,10 @@ class TrainConfig:
     length_buckets: int | None = None
     compile: bool = False  # torch.compile the encoder; batches padded to max_seq_length (static shapes)
     fast_cpu_dropout: bool = True  # on CPU, draw dropout masks with numpy (mixcse/models/dropout.py): ~3x cheaper
+    # adapting a strong start model (docs/domain-adaptation.md): levers computed from the start model's frozen
+    # embeddings of the training text (once, before the first step)
+    false_negative_threshold: float | None = None  # in-batch pairs at start-model cosine >= this: no negatives
+    distill_weight: float | None = None  # weight of KL(start model || student) of the in-batch similarities
     # checkpoint selection (mixcse/evaluation/selection.py): the start model (step 0) is always a candidate
     select_on: str = "stsb_dev"  # stsb_dev | retrieval | pairs | none
     data_dir: str | None = None  # SentEval layout, for select_on stsb_dev (None: $MIXCSE_DATA, ./data, ../shared)
@@ -90,6 +96,12 @@ class TrainConfig:
     # labelled pair files never used for selection, scored on the start model and on best/ at the end of the run
     # (summary.json "test_pairs", the model card, the closing report): the held-out figure of an adaptation run
     test_pairs: list[str] | None = None
+    # the forgetting guard: "stsb_dev" or a labelled pairs / graded file scored on every candidate; a candidate more
+    # than guard_tolerance points below the start model's guard score is refused (the start model always passes)
+    guard_data: str | None = None
+    guard_tolerance: float = 0.5
+    # blends (1 - a) * start + a * checkpoint scored as candidates too, at every evaluation; "auto": 0.25, 0.5, 0.75
+    interpolate: list[float] | str | None = None
     eval_steps: int = 125
     eval_batch_size: int = 128
     analysis_at_eval: bool = False  # also log alignment/uniformity/max angle of STS-B dev at each evaluation
@@ -140,8 +152,6 @@ class TrainConfig:
                 raise ConfigError(f"config key {name!r} must be >= 1, got {value}")
         if self.positives not in POSITIVES:
             raise ConfigError(f"positives must be one of {', '.join(POSITIVES)}, got {self.positives!r}")
-        if self.positives != "dropout" and self.corpus == "disk":
-            raise ConfigError("positives neighbours / title need corpus: memory")
         if self.corpus not in CORPORA:
             raise ConfigError(f"corpus must be one of {', '.join(CORPORA)}, got {self.corpus!r}")
         if self.segment is not None and self.segment not in SEGMENTS:
@@ -165,8 +175,49 @@ class TrainConfig:
             raise ConfigError(f"config key 'weight_decay' must be >= 0, got {self.weight_decay}")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        self._validate_adaptation()
         self.objective()  # checks lam / directions / mix_grad ranges
         return self
+
+    def _validate_adaptation(self) -> None:
+        if self.positives != "dropout" and self.corpus == "disk":
+            raise ConfigError(f"positives {self.positives} needs corpus: memory")
+        for name in ("false_negative_threshold", "mine_threshold"):
+            value = getattr(self, name)
+            if value is not None and not -1.0 <= value <= 1.0:
+                raise ConfigError(f"config key {name!r} is a cosine similarity, in [-1, 1]; got {value}")
+        if self.distill_weight is not None and self.distill_weight < 0:
+            raise ConfigError(f"config key 'distill_weight' must be >= 0, got {self.distill_weight}")
+        if self.uses_start_embeddings() and self.corpus == "disk":
+            raise ConfigError("false_negative_threshold, distill_weight and positives: mined need corpus: memory (the "
+                              "start model embeds the training text once)")
+        if (self.false_negative_threshold is not None or self.distill_weight) and self.loss == "mixcse-released":
+            raise ConfigError("false_negative_threshold and distill_weight apply to the paper's objectives, not "
+                              "mixcse-released")
+        if self.guard_tolerance < 0:
+            raise ConfigError(f"config key 'guard_tolerance' must be >= 0, got {self.guard_tolerance}")
+        if self.guard_data is not None and self.select_on == "none":
+            raise ConfigError("guard_data guards checkpoint selection: set select_on (pairs, stsb_dev, retrieval)")
+        if self.interpolate is not None:
+            if self.select_on == "none":
+                raise ConfigError("interpolate adds blends as selection candidates: set select_on")
+            if isinstance(self.interpolate, str) and self.interpolate != "auto":
+                raise ConfigError(f"interpolate must be a list of numbers or auto, got {self.interpolate!r}")
+            if isinstance(self.interpolate, list) and (
+                    not self.interpolate or not all(math.isfinite(a) and a > 0 for a in self.interpolate)):
+                raise ConfigError(f"interpolate must list blend weights > 0 (1.0 = the checkpoint itself, above 1 "
+                                  f"extrapolates), got {self.interpolate}")
+
+    def uses_start_embeddings(self) -> bool:
+        """Whether the run embeds its training text with the start model before the first step."""
+        return self.positives == "mined" or self.false_negative_threshold is not None or bool(self.distill_weight)
+
+    def blend_weights(self) -> list[float]:
+        """The candidates' weights on the checkpoint at each evaluation: 1.0 (the checkpoint) and the blends."""
+        if self.interpolate is None:
+            return [1.0]
+        alphas = [0.25, 0.5, 0.75] if self.interpolate == "auto" else list(self.interpolate)
+        return [1.0] + sorted({float(a) for a in alphas} - {1.0})
 
 
 def _allowed_types(annotation) -> tuple[type, ...]:
@@ -198,17 +249,20 @@ def _coerce(name: str, value, annotation):
                 pass
         if kind is str and isinstance(value, str):
             return value
-        if typing.get_origin(kind) is list:  # a list of strings; one string is a list of one
+        if typing.get_origin(kind) is list and typing.get_args(kind) == (str,):  # one string is a list of one
             if isinstance(value, str):
                 return [value]
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
                 return list(value)
+        if typing.get_origin(kind) is list and typing.get_args(kind) == (float,):  # a list of numbers
+            if isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+                return [float(v) for v in value]
     return _fail_type(name, value, allowed)
 
 
 def _fail_type(name, value, allowed):
-    names = " or ".join("null" if a is type(None) else "a list of strings" if typing.get_origin(a) is list
-                        else a.__name__ for a in allowed)
+    names = " or ".join("null" if a is type(None) else f"a list of {typing.get_args(a)[0].__name__}s"
+                        if typing.get_origin(a) is list else a.__name__ for a in allowed)
     raise ConfigError(f"config key {name!r} must be {names}, got {value!r} ({type(value).__name__})")
 
 

@@ -3,7 +3,7 @@
 Interface::
 
     step = make_step(cfg, ctx, model, optimizer, objective, scaler=None, precision=None, length_buckets=None)
-    result = step(batch, mark=None)     # -> StepResult
+    result = step(batch, mark=None, signals=None)     # -> StepResult
 
 ``batch`` is this rank's slice of the global batch, one view of token tensors (``input_ids``, ``attention_mask``,
 ...). A call makes the two dropout views, computes the loss of the global batch, back-propagates, clips and updates
@@ -14,6 +14,10 @@ when to read ``result``. The learning-rate schedule stays with the caller.
 of the loss with respect to this rank's pooled embeddings (2N x d, view 1 rows then view 2 rows), unscaled by any
 loss scaler and, under DDP, times the world size (each rank back-propagates world_size x the loss, which DDP
 averages); ``StepResult.anchor_grad_norm()`` reduces it to the logged figure.
+
+``signals``, when given, holds what the start model says of the global batch (mixcse/training/teacher.py):
+``exclude`` (N x N bool, false negatives) and/or ``teacher`` (N x d, its embeddings, for ``distill_weight``); the
+loss is ``mixcse.losses.training_loss``.
 
 ``mark(name)``, when given, is called after each phase ("forward", "loss", "backward", "clip", "optimizer",
 "zero_grad") so that a profiler can time them.
@@ -32,7 +36,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from mixcse.losses import ContrastiveObjective, LossOutput, contrastive_loss
+from mixcse.losses import ContrastiveObjective, LossOutput, training_loss
 from mixcse.training import distributed
 from mixcse.training.config import TrainConfig
 from mixcse.training.distributed import DistContext
@@ -56,8 +60,8 @@ class StepResult:
 
 
 class Step(Protocol):
-    def __call__(self, batch: dict[str, torch.Tensor], *,
-                 mark: Callable[[str], None] | None = None) -> StepResult: ...
+    def __call__(self, batch: dict[str, torch.Tensor], *, mark: Callable[[str], None] | None = None,
+                 signals: dict[str, torch.Tensor] | None = None) -> StepResult: ...
 
 
 def _no_mark(name: str) -> None:
@@ -70,10 +74,20 @@ class _StepBase:
     def __init__(self, ctx: DistContext, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  objective: ContrastiveObjective, *, scaler: torch.amp.GradScaler | None = None,
                  autocast_dtype: torch.dtype | None = None, length_buckets: int = 1,
-                 max_grad_norm: float | None = None, pad_to: int | None = None):
+                 max_grad_norm: float | None = None, pad_to: int | None = None, distill_weight: float = 0.0):
         self.ctx, self.model, self.optimizer, self.objective = ctx, model, optimizer, objective
         self.scaler, self.autocast_dtype = scaler, autocast_dtype
         self.length_buckets, self.max_grad_norm, self.pad_to = length_buckets, max_grad_norm, pad_to
+        self.distill_weight = distill_weight
+
+    def _terms(self, z1: torch.Tensor, z2: torch.Tensor, signals: dict | None, rows: slice | None = None
+               ) -> LossOutput:
+        """The loss of anchors ``rows`` (all: None) of the global batch (z1, z2) with the start model's signals."""
+        signals = signals or {}
+        teacher = signals.get("teacher")
+        return training_loss(z1, z2, self.objective, rows, exclude=signals.get("exclude"),
+                             teacher=None if teacher is None else teacher.to(z1.device),
+                             distill_weight=self.distill_weight)
 
     def _autocast(self):
         return torch.autocast(self.ctx.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
@@ -91,10 +105,10 @@ class _StepBase:
                                                                                         non_blocking=True)
                 for k in anchors}
 
-    def _loss(self, z1: torch.Tensor, z2: torch.Tensor) -> tuple[LossOutput, torch.Tensor]:
+    def _loss(self, z1: torch.Tensor, z2: torch.Tensor, signals: dict | None = None) -> tuple[LossOutput, torch.Tensor]:
         """The loss of the global batch from this rank's two views; backward fills ``z1.grad`` and ``z2.grad``."""
-        out = contrastive_loss(distributed.gather_with_local_grad(z1, self.ctx),
-                               distributed.gather_with_local_grad(z2, self.ctx), self.objective)
+        out = self._terms(distributed.gather_with_local_grad(z1, self.ctx),
+                          distributed.gather_with_local_grad(z2, self.ctx), signals)
         loss = out.loss * self.ctx.world_size  # DDP averages gradients; the local slice's gradient is complete
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         return out, loss
@@ -128,7 +142,8 @@ class PlainStep(_StepBase):
     each parameter receives is the one a single backward pass computes.
     """
 
-    def __call__(self, batch: dict[str, torch.Tensor], *, mark: Callable[[str], None] | None = None) -> StepResult:
+    def __call__(self, batch: dict[str, torch.Tensor], *, mark: Callable[[str], None] | None = None,
+                 signals: dict[str, torch.Tensor] | None = None) -> StepResult:
         mark = mark or _no_mark
         views = self._views(batch)
         n = views["input_ids"].shape[0] // 2
@@ -136,7 +151,7 @@ class PlainStep(_StepBase):
             pooled = self.model(views, length_buckets=self.length_buckets)
         mark("forward")
         embeddings = pooled.detach().requires_grad_()
-        out, _ = self._loss(embeddings[:n], embeddings[n:])
+        out, _ = self._loss(embeddings[:n], embeddings[n:], signals)
         mark("loss")
         pooled.backward(embeddings.grad)
         mark("backward")
@@ -176,7 +191,8 @@ class CachedStep(_StepBase):
         super().__init__(*args, **kwargs)
         self.mini_batch_size, self.loss_block_rows = mini_batch_size, loss_block_rows
 
-    def _blocked_loss(self, z1: torch.Tensor, z2: torch.Tensor) -> tuple[LossOutput, torch.Tensor, torch.Tensor]:
+    def _blocked_loss(self, z1: torch.Tensor, z2: torch.Tensor, signals: dict | None = None
+                      ) -> tuple[LossOutput, torch.Tensor, torch.Tensor]:
         """The global batch's loss and the gradient of (loss x world size, scaled) with respect to this rank's
         ``z1`` and ``z2``, one block of anchors at a time: each block's graph is freed by its backward pass."""
         ctx = self.ctx
@@ -186,7 +202,7 @@ class CachedStep(_StepBase):
         block = self.loss_block_rows or max(1, LOSS_BLOCK_ENTRIES // n)
         parts = []
         for start in range(0, n, block):
-            out = contrastive_loss(all1, all2, self.objective, rows=slice(start, start + block))
+            out = self._terms(all1, all2, signals, rows=slice(start, start + block))
             loss = out.loss * ctx.world_size  # DDP averages gradients; the local slice's gradient is complete
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             parts.append(LossOutput(out.loss.detach(), out.simcse_loss, {k: v.detach() for k, v in out.stats.items()}))
@@ -198,7 +214,8 @@ class CachedStep(_StepBase):
     def _chunk_views(self, batch: dict[str, torch.Tensor], rows: slice) -> dict[str, torch.Tensor]:
         return self._views({k: v[rows] for k, v in batch.items()})
 
-    def __call__(self, batch: dict[str, torch.Tensor], *, mark: Callable[[str], None] | None = None) -> StepResult:
+    def __call__(self, batch: dict[str, torch.Tensor], *, mark: Callable[[str], None] | None = None,
+                 signals: dict[str, torch.Tensor] | None = None) -> StepResult:
         mark = mark or _no_mark
         device, k = self.ctx.device, self.mini_batch_size
         n = batch["input_ids"].shape[0]
@@ -215,7 +232,7 @@ class CachedStep(_StepBase):
                 second.append(pooled[k:].clone())
         after_embedding = rng_snapshot(device)
         mark("forward")
-        out, grad1, grad2 = self._blocked_loss(torch.cat(first), torch.cat(second))
+        out, grad1, grad2 = self._blocked_loss(torch.cat(first), torch.cat(second), signals)
         mark("loss")
         for i, rows in enumerate(chunks):
             rng_restore(snapshots[i], device)
@@ -247,7 +264,7 @@ def make_step(cfg: TrainConfig, ctx: DistContext, model: torch.nn.Module, optimi
     if cfg.compile:
         model, buckets, pad_to = compile_encoder(model, ctx.device), 1, cfg.max_seq_length
     setting = dict(scaler=scaler, autocast_dtype=AUTOCAST_DTYPES.get(precision), length_buckets=buckets,
-                   max_grad_norm=cfg.max_grad_norm, pad_to=pad_to)
+                   max_grad_norm=cfg.max_grad_norm, pad_to=pad_to, distill_weight=cfg.distill_weight or 0.0)
     objective = objective or cfg.objective()
     if cfg.mini_batch_size is not None:
         return CachedStep(ctx, model, optimizer, objective, mini_batch_size=cfg.mini_batch_size, **setting)

@@ -22,15 +22,15 @@ import numpy as np
 import torch
 import yaml
 
-from mixcse.data.loader import BatchPlan, CorpusLoader
+from mixcse.data.loader import CorpusLoader
 from mixcse.errors import ConfigError, MixCSEError
-from mixcse.evaluation.pairs import HeldOutPairs
+from mixcse.evaluation.pairs import PairsEvaluator
 from mixcse.evaluation.selection import better, build_selector
+from mixcse.models.dropout import use_fast_dropout
 from mixcse.models.encoder import load_encoder
 from mixcse.models.sentence_encoder import SentenceEncoder
 from mixcse.training import distributed
 from mixcse.training.config import TrainConfig, build_config
-from mixcse.models.dropout import use_fast_dropout
 from mixcse.training.rundir import (
     BEST_DIR,
     RESUME_SCHEDULE_KEYS,
@@ -166,8 +166,8 @@ class Run:
         # Fail on bad input before anything is written.
         self.selector, self.no_selection_note = build_selector(
             cfg.select_on, data_dir=cfg.data_dir, select_data=cfg.select_data, select_split=cfg.select_split,
-            batch_size=cfg.eval_batch_size, analysis=cfg.analysis_at_eval, select_docs=cfg.select_docs)
-        self.held_out = HeldOutPairs(cfg.test_pairs, cfg.eval_batch_size) if cfg.test_pairs and ctx.is_main else None
+            analysis=cfg.analysis_at_eval, select_docs=cfg.select_docs)
+        self.held_out = PairsEvaluator(cfg.test_pairs) if cfg.test_pairs and ctx.is_main else None
         description = self._load_model_and_corpus(progress)
         if ckpt is not None and self.total_steps < ckpt["state"]["step"]:
             raise ConfigError(f"--resume: the checkpoint is at step {ckpt['state']['step']}, beyond the "
@@ -237,7 +237,7 @@ class Run:
         self.corpus, description = corpus_loader.open(self.tokenizer, progress=ctx.is_main and progress is not False)
         if ctx.enabled and ctx.is_main:
             distributed.barrier(ctx)
-        self.plan = BatchPlan(len(self.corpus), cfg.batch_size, cfg.seed)
+        self.plan = corpus_loader.plan
         self.total_steps = self.plan.total_steps(cfg)
         return description
 
@@ -322,7 +322,7 @@ class Run:
         if state["step"] == 0 and selector is not None:
             self.evaluate(0)  # the start model is a candidate: a run never ships a model worse than its start
         if state["step"] == 0 and self.held_out is not None:
-            state["test_pairs_start"] = self.held_out(self.inference)
+            state["test_pairs_start"] = self._held_out_scores(self.inference)
             self.encoder.train()
         local = slice(ctx.rank * cfg.batch_size // ctx.world_size, (ctx.rank + 1) * cfg.batch_size // ctx.world_size)
         self.window = (time.perf_counter(), 0)  # (start, sentences) of the sentences/s window
@@ -387,25 +387,35 @@ class Run:
         """Score the model on the selector's data; keep it in best/ when it beats every earlier candidate, the
         start model (step 0) included. Returns True when early stopping says stop."""
         ctx, state, selector = self.ctx, self.state, self.selector
-        selection = selector(self.inference) if ctx.is_main else None
-        selection = distributed.broadcast_object(selection, ctx)
+        selection = self._score(selector, self.inference) if ctx.is_main else None
+        score, extras = distributed.broadcast_object(selection, ctx)
         self.encoder.train()
         if self.cfg.save_candidates and ctx.is_main:
             self.encoder.save(candidate_path(self.out, step), self.tokenizer, max_seq_length=self.inference_length)
         if step == 0:
-            state["raw_dev"] = selection.score
-        if state["best_step"] is None or better(selection.score, state["best_dev"], selector.greater_is_better):
-            state.update(best_dev=selection.score, best_step=step, bad_evals=0)
+            state["raw_dev"] = score
+        if state["best_step"] is None or better(score, state["best_dev"], selector.greater_is_better):
+            state.update(best_dev=score, best_step=step, bad_evals=0)
             self.save_best()
         else:
             state["bad_evals"] += 1
-        self._record({"step": step, selector.name: selection.score, "best_dev": state["best_dev"],
-                      "best_step": state["best_step"], **selection.extras})
+        self._record({"step": step, selector.name: score, "best_dev": state["best_dev"],
+                      "best_step": state["best_step"], **extras})
         if ctx.is_main:
             what = " (start model)" if step == 0 else f" (best {state['best_dev']:.2f} @ {state['best_step']})"
-            self.bar.write(f"step {step}: {selector.name} {selection.score:.2f}{what}")
+            self.bar.write(f"step {step}: {selector.name} {score:.2f}{what}")
         patience = self.cfg.early_stopping_patience
         return step > 0 and patience is not None and state["bad_evals"] >= patience
+
+    def _score(self, evaluator, encoder) -> tuple[float, dict[str, float]]:
+        """An evaluator's primary metric and its extras on ``encoder`` (the model as it will be used)."""
+        results = evaluator(encoder, batch_size=self.cfg.eval_batch_size)
+        return evaluator.primary(results), evaluator.extras(results)
+
+    def _held_out_scores(self, encoder) -> dict[str, dict]:
+        """{file name: {metric, value, file}} of the held-out pair files (``test_pairs``)."""
+        results = self.held_out(encoder, batch_size=self.cfg.eval_batch_size)
+        return {name: {"metric": r["main"], "value": r[r["main"]], "file": r["file"]} for name, r in results.items()}
 
     def save_best(self) -> None:
         if self.ctx.is_main:
@@ -425,6 +435,14 @@ class Run:
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None,
                 "state": dict(self.state), "rng": rngs, "config": self.cfg.to_dict()})
 
+    def _held_out_report(self) -> dict:
+        """{file name: {metric, start, best}}: the held-out pair files on the start model and on best/."""
+        start = self.state["test_pairs_start"] or {}
+        best = start if self.state["best_step"] == 0 and start else self._held_out_scores(
+            SentenceEncoder.load(self.out / BEST_DIR, device=str(self.ctx.device)))
+        return {name: {"metric": r["metric"], "start": start.get(name, {}).get("value"), "best": r["value"],
+                       "file": r["file"]} for name, r in best.items()}
+
     def finish(self) -> TrainResult:
         """summary.json, the model card and the closing lines (rank 0); the result every rank returns."""
         ctx, state, selector, out = self.ctx, self.state, self.selector, self.out
@@ -441,7 +459,7 @@ class Run:
                            start_won=selector is not None and state["best_step"] == 0,
                            inference_max_seq_length=self.inference_length)
             if self.held_out is not None:
-                summary["test_pairs"] = _held_out_report(self.held_out, state, out, ctx.device)
+                summary["test_pairs"] = self._held_out_report()
             summary["wall_seconds"] = time.perf_counter() - self.started  # this call's (resumed: since the resume)
             (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
             _write_card(out, self.resolved, summary)
@@ -454,15 +472,6 @@ class Run:
                            state["train_seconds"], state["sentences_seen"] / max(state["train_seconds"], 1e-9),
                            selector.name if selector else None, ctx.is_main, summary.get("test_pairs"),
                            summary.get("wall_seconds"))
-
-
-def _held_out_report(held_out: HeldOutPairs, state: dict, out: Path, device: torch.device) -> dict:
-    """{file name: {metric, start, best}}: the held-out pair files on the start model and on best/."""
-    start = state["test_pairs_start"] or {}
-    best = start if state["best_step"] == 0 and start else held_out(SentenceEncoder.load(out / BEST_DIR,
-                                                                                         device=str(device)))
-    return {name: {"metric": r["metric"], "start": start.get(name, {}).get("value"), "best": r["value"],
-                   "file": r["file"]} for name, r in best.items()}
 
 
 def _write_card(out: Path, resolved: dict, summary: dict) -> None:

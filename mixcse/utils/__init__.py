@@ -1,4 +1,4 @@
-"""Small helpers every stage uses: files (atomic writes, JSON), tables (task order, labels, markdown) and progress.
+"""Small helpers every stage uses: files (atomic writes, JSON), tables (numbers, markdown) and progress.
 
 May import only the standard library, numpy, tqdm and ``mixcse.errors``.
 """

@@ -36,6 +36,13 @@ from typing import Any
 from mixcse.errors import MixCSEError
 
 
+def cache_home() -> Path:
+    """mixcse's own folder for downloads and caches: ``$MIXCSE_CACHE``, else ``~/.cache/mixcse`` (as Hugging Face
+    keeps ``~/.cache/huggingface``)."""
+    env = os.environ.get("MIXCSE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "mixcse"
+
+
 def normal_file_mode() -> int:
     umask = os.umask(0)
     os.umask(umask)

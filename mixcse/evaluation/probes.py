@@ -9,14 +9,12 @@ back-ends, chosen by name with `make_classifier(name, mode)`:
 Fold splits, seeds, grids, the order of the data and the rounding of intermediate scores follow SentEval,
 because each of them moves the reported accuracy. docs/evaluation-protocol.md says why the two back-ends differ.
 
-Speed: a probe is refit hundreds of times per task (600 fits for one 10-fold inner-CV task). Each back-end has
-two engines (`engine=`): "fast", the default, and "reference", the plain loop the fast one is tested against.
-The torch path trains all folds x regularisation strengths of a protocol step as one batched model --
-SentEval seeds every probe identically, so they all see the same batch order anyway -- and its fast engine
-(`batched_probe`) does the same computation in fewer, larger kernels. The sklearn path's reference solves each
-fit with scikit-learn's Newton steps from a warm start (see `SklearnLR`); its fast engine (`batched_logreg`)
-solves all folds of a two-class task together to the exact optimum. Both run on one thread: the problems are
-too small to share.
+Speed: a probe is refit hundreds of times per task (600 fits for one 10-fold inner-CV task). The torch probe
+trains all folds x regularisation strengths of a protocol step as one batched model -- SentEval seeds every probe
+identically, so they all see the same batch order anyway -- in `probe_torch` (tests/probe_reference.py holds the
+plain loop it is tested against). The sklearn probe solves all folds of a two-class task together to the exact
+optimum in `probe_newton` (tested against one scikit-learn fit at a time, which is also what multi-class TREC
+runs: see `SklearnLR`). Both run on one thread: the problems are too small to share.
 """
 from __future__ import annotations
 
@@ -27,10 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.model_selection import StratifiedKFold
 
-from mixcse.evaluation import batched_logreg, batched_probe
+from mixcse.evaluation import probe_newton, probe_torch
 
 SEED = 1111
-ENGINES = ("fast", "reference")  # every probe has a fast path and the plain one it is tested against
 
 
 def stratified_folds(y: np.ndarray, k: int, seed: int = SEED) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -87,7 +84,7 @@ class SklearnLR:
       * float32 features and a single BLAS thread.
     """
     seed: int = SEED
-    fast: bool = False
+    fasttest: bool = False  # SentEval's fasttest mode: smaller C grids
     solver: str = "newton-cholesky"  # binary problems
     multiclass_solver: str = "lbfgs"
     max_iter: int = 1000
@@ -96,24 +93,20 @@ class SklearnLR:
     multiclass_tol: float = 1e-6  # lbfgs: see above
     center: bool = True
     warm_start: bool = True
-    engine: str = "fast"  # all folds of a task together (batched_logreg); "reference": one scikit-learn fit at a time
     name: str = "sklearn-converged"
     _warm: dict = field(default_factory=dict, repr=False)
 
-    def __post_init__(self):
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
-
     def _batched(self, y, problems) -> bool:
-        return self.engine == "fast" and batched_logreg.applicable(y, problems)
+        """Two-class tasks: all folds solved together (probe_newton); otherwise one scikit-learn fit at a time."""
+        return probe_newton.applicable(y, problems)
 
     @property
     def grid_inner(self) -> list[float]:  # inner CV (MR/CR/SUBJ/MPQA) and dev-split selection (SST-2)
-        return [2.0 ** t for t in ((-2, 0, 2) if self.fast else range(-2, 4))]
+        return [2.0 ** t for t in ((-2, 0, 2) if self.fasttest else range(-2, 4))]
 
     @property
     def grid_kfold(self) -> list[float]:  # k-fold CV on train (TREC, MRPC)
-        return [2.0 ** t for t in ((-1, 1, 3, 5) if self.fast else range(-1, 6))]
+        return [2.0 ** t for t in ((-1, 1, 3, 5) if self.fasttest else range(-1, 6))]
 
     def reset(self) -> None:
         """Forget warm starts (called at the start of each task)."""
@@ -153,7 +146,7 @@ class SklearnLR:
         predictions on tests[problem] if given. Returns (acc [P, R], preds [P][R] or None)."""
         X, y = np.asarray(X), np.asarray(y)
         if self._batched(y, problems):
-            return batched_logreg.scan(X, y, problems, regs, tests)
+            return probe_newton.scan(X, y, problems, regs, tests)
         acc = np.zeros((len(problems), len(regs)))
         preds = [[None] * len(regs) for _ in problems] if tests is not None else None
         for p, (tr, va) in enumerate(problems):
@@ -173,7 +166,7 @@ class SklearnLR:
         early stopping) and predict tests[p]."""
         X, y = np.asarray(X), np.asarray(y)
         if self._batched(y, problems):
-            return batched_logreg.fit_predict(X, y, problems, regs, tests)
+            return probe_newton.fit_predict(X, y, problems, regs, tests)
         out = []
         for (tr, _), C, T in zip(problems, regs, tests):
             A, Tc = self._centred(X, tr, T)
@@ -187,10 +180,9 @@ class SklearnLR:
                 "solved_to_convergence": True,
                 "centred_features": self.center, "warm_starts": self.warm_start, "dtype": "float32",
                 "C_grid_inner_cv": self.grid_inner, "C_grid_kfold": self.grid_kfold,
-                "C_grid_dev_split": self.grid_inner, "seed": self.seed, "engine": self.engine,
-                **({"two_class_folds": "solved together to the exact optimum (batched_logreg: preconditioned "
-                                       f"Newton, gradient tolerance {batched_logreg.TOL})"}
-                   if self.engine == "fast" else {})}
+                "C_grid_dev_split": self.grid_inner, "seed": self.seed, "engine": "fast",
+                "two_class_folds": "solved together to the exact optimum (probe_newton: preconditioned Newton, "
+                                   f"gradient tolerance {probe_newton.TOL})"}
 
 
 @dataclass
@@ -207,27 +199,24 @@ class TorchLR:
     by one, at a fraction of the per-step overhead.
     """
     seed: int = SEED
-    fast: bool = False
+    fasttest: bool = False  # SentEval's fasttest mode: RMSprop, bigger batches, less patience
     optim: str = ""
     batch_size: int = 0
     tenacity: int = 0
     epoch_size: int = 0
     max_epoch: int = 200
     validation_split: float = 0.05  # for refits without a validation set (SentEval's value)
-    engine: str = "fast"  # "reference": the plain batched loop the fast one is tested against
     name: str = "senteval-pytorch"
 
     def __post_init__(self):
         # SimCSE's settings: test {adam, 64, 5, 4}; fasttest {rmsprop, 128, 3, 2}
-        base = dict(optim="rmsprop", batch_size=128, tenacity=3, epoch_size=2) if self.fast else \
+        base = dict(optim="rmsprop", batch_size=128, tenacity=3, epoch_size=2) if self.fasttest else \
             dict(optim="adam", batch_size=64, tenacity=5, epoch_size=4)
         for k, v in base.items():
             if not getattr(self, k):
                 setattr(self, k, v)
         if self.optim not in ("adam", "rmsprop"):
             raise ValueError(f"optim must be 'adam' or 'rmsprop', not {self.optim!r}")
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
 
     grid_inner = grid_kfold = property(lambda self: [10.0 ** t for t in range(-5, -1)])
 
@@ -245,117 +234,8 @@ class TorchLR:
         """Train len(problems) x wd.shape[1] probes; return best (W, b) and best validation accuracy of each."""
         import torch  # imported before single_threaded() so that its thread count is limited too
 
-        wd = np.asarray(wd, dtype=np.float32)
-        with single_threaded():
-            if self.engine == "reference":
-                with torch.no_grad():
-                    return self._train_batched(X, y, problems, wd)
-            with torch.inference_mode():
-                return batched_probe.train(self, X, y, problems, wd)
-
-    def _train_batched(self, X, y, problems, wd):
-        import torch
-
-        P, R = wd.shape
-        X = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
-        y_np = np.asarray(y, dtype=np.int64)
-        yt = torch.from_numpy(y_np)
-        d, ncls, B = X.shape[1], int(y_np.max()) + 1, self.batch_size
-        rngs = [np.random.RandomState(self.seed) for _ in range(P)]
-        splits = [self._split(tr, va, rng) for (tr, va), rng in zip(problems, rngs)]
-        torch.manual_seed(self.seed)
-        init = torch.nn.Linear(d, ncls)  # same seed -> the same initial weights for every probe
-        best_W = init.weight.detach().expand(P, R, ncls, d).clone()
-        best_b = init.bias.detach().expand(P, R, ncls).clone()
-        best_acc = np.full((P, R), -1.0)
-        count = np.zeros((P, R), dtype=int)
-        stopped = np.zeros((P, R), dtype=bool)
-
-        alive = np.arange(P)  # problems with at least one probe still training
-        W, b = best_W.clone(), best_b.clone()
-        m1W, m1b = torch.zeros_like(W), torch.zeros_like(b)  # Adam first moments (unused by RMSprop)
-        m2W, m2b = torch.zeros_like(W), torch.zeros_like(b)  # second moments / RMSprop square averages
-        steps = torch.zeros(P)
-        wdt = torch.from_numpy(wd)
-        val_idx, val_mask, n_val = self._padded([splits[p][1] for p in range(P)])
-        lr = 1e-3 if self.optim == "adam" else 1e-2
-        beta1, beta2, alpha, eps = 0.9, 0.999, 0.99, 1e-8
-        nepoch = 0
-        while len(alive) and nepoch <= self.max_epoch:
-            alive_t = torch.from_numpy(alive)
-            for _ in range(self.epoch_size):
-                order = [splits[p][0][rngs[p].permutation(len(splits[p][0]))] for p in alive]
-                idx_all, mask_all, _ = self._padded(order, multiple=B)
-                for start in range(0, idx_all.shape[1], B):
-                    idx, mask = idx_all[:, start:start + B], mask_all[:, start:start + B]
-                    cnt = mask.sum(1)
-                    xb = X[idx]  # (A, B, d)
-                    logits = torch.bmm(xb, W.reshape(len(alive), R * ncls, d).transpose(1, 2))
-                    logits = logits.view(len(alive), -1, R, ncls) + b.unsqueeze(1)
-                    g = torch.softmax(logits, dim=-1)
-                    g.scatter_add_(-1, yt[idx].view(len(alive), -1, 1, 1).expand(-1, -1, R, 1),
-                                   torch.full((1, 1, 1, 1), -1.0).expand(len(alive), idx.shape[1], R, 1))
-                    # mean over the batch: SentEval sets loss_fn.size_average=False after construction, which
-                    # torch >= 1.0 ignores, so the loss SimCSE ran with is the batch mean
-                    g.mul_((mask / cnt.clamp(min=1).unsqueeze(1)).view(len(alive), -1, 1, 1))
-                    gW = torch.bmm(g.reshape(len(alive), -1, R * ncls).transpose(1, 2), xb).view_as(W)
-                    gb = g.sum(1)
-                    wda = wdt[alive_t]
-                    gW.add_(W * wda.view(-1, R, 1, 1))  # L2 as torch's weight_decay: grad += wd * param
-                    gb.add_(b * wda.view(-1, R, 1))
-                    act = cnt > 0  # a problem whose epoch has ended takes no step
-                    steps[alive_t] += act.float()
-                    a4, a3 = act.view(-1, 1, 1, 1).float(), act.view(-1, 1, 1).float()
-                    st = steps[alive_t]
-                    if self.optim == "adam":
-                        for prm, grad, mom, sq, a in ((W, gW, m1W, m2W, a4), (b, gb, m1b, m2b, a3)):
-                            mom.mul_(1 - a * (1 - beta1)).add_(a * (1 - beta1) * grad)
-                            sq.mul_(1 - a * (1 - beta2)).add_(a * (1 - beta2) * grad * grad)
-                            shape = (-1,) + (1,) * (mom.dim() - 1)
-                            bc1 = (1 - beta1 ** st.clamp(min=1)).view(shape)
-                            bc2 = (1 - beta2 ** st.clamp(min=1)).view(shape)
-                            prm.sub_(a * (lr / bc1) * mom / (sq.sqrt() / bc2.sqrt() + eps))
-                    else:
-                        for prm, grad, sq, a in ((W, gW, m2W, a4), (b, gb, m2b, a3)):
-                            sq.mul_(1 - a * (1 - alpha)).add_(a * (1 - alpha) * grad * grad)
-                            prm.sub_(a * lr * grad / (sq.sqrt() + eps))
-            nepoch += self.epoch_size
-            vi, vm = val_idx[alive_t], val_mask[alive_t]
-            vlog = torch.bmm(X[vi], W.reshape(len(alive), R * ncls, d).transpose(1, 2))
-            pred = (vlog.view(len(alive), -1, R, ncls) + b.unsqueeze(1)).argmax(-1)
-            correct = ((pred == yt[vi].unsqueeze(-1)) & vm.unsqueeze(-1)).sum(1).numpy()
-            accs = correct / np.maximum(n_val[alive], 1)[:, None]
-            for i, p in enumerate(alive):
-                for r in range(R):
-                    if stopped[p, r]:
-                        continue
-                    if accs[i, r] > best_acc[p, r]:
-                        best_acc[p, r] = accs[i, r]
-                        best_W[p, r], best_b[p, r] = W[i, r], b[i, r]
-                    else:
-                        if count[p, r] >= self.tenacity:
-                            stopped[p, r] = True
-                        count[p, r] += 1
-            keep = ~stopped[alive].all(axis=1)
-            if not keep.all():
-                k = torch.from_numpy(np.flatnonzero(keep))
-                W, b, m1W, m1b, m2W, m2b = (t[k] for t in (W, b, m1W, m1b, m2W, m2b))
-                alive = alive[keep]
-        return best_W, best_b, best_acc
-
-    @staticmethod
-    def _padded(rows, multiple: int = 1):
-        import torch
-
-        n = np.asarray([len(r) for r in rows], dtype=np.int64)
-        width = max(int(n.max()) if len(n) else 0, 1)
-        width = -(-width // multiple) * multiple
-        idx = np.zeros((len(rows), width), dtype=np.int64)
-        mask = np.zeros((len(rows), width), dtype=bool)
-        for i, r in enumerate(rows):
-            idx[i, :len(r)] = r
-            mask[i, :len(r)] = True
-        return torch.from_numpy(idx), torch.from_numpy(mask), n
+        with single_threaded(), torch.inference_mode():
+            return probe_torch.train(self, X, y, problems, np.asarray(wd, dtype=np.float32))
 
     def _predict(self, W, b, T):
         import torch
@@ -386,7 +266,7 @@ class TorchLR:
                 "optim": self.optim, "lr": 1e-3 if self.optim == "adam" else 1e-2, "batch_size": self.batch_size,
                 "tenacity": self.tenacity, "epoch_size": self.epoch_size, "max_epoch": self.max_epoch,
                 "refit_validation_split": self.validation_split, "l2_grid": self.grid_inner, "seed": self.seed,
-                "batched": "all folds x regularisers of a protocol step trained together", "engine": self.engine}
+                "batched": "all folds x regularisers of a protocol step trained together", "engine": "fast"}
 
 
 DEFAULT_CLASSIFIER = "senteval-pytorch"
@@ -403,8 +283,9 @@ def classifier_name(kind: str) -> str:
     return name
 
 
-def make_classifier(kind: str = DEFAULT_CLASSIFIER, mode: str = "test", seed: int = SEED, engine: str = "fast"):
-    return CLASSIFIERS[classifier_name(kind)](seed=seed, fast=mode == "fasttest", engine=engine)
+def make_classifier(kind: str = DEFAULT_CLASSIFIER, mode: str = "test", seed: int = SEED):
+    """The probe ``kind`` (a name or alias) for SentEval's ``mode`` ("test", or "fasttest": smaller grids)."""
+    return CLASSIFIERS[classifier_name(kind)](seed=seed, fasttest=mode == "fasttest")
 
 
 # --------------------------------------------------------------------------------------------------- protocols
