@@ -1,7 +1,8 @@
-"""``mixcse`` command line: train | eval | data | encode | search | export, one module per verb.
+"""``mixcse`` command line: train | eval | data | encode | search | export | merge, one module per verb.
 
     train.py    mixcse train (the run report)          eval.py     mixcse eval, mixcse data download
     encode.py   mixcse encode, mixcse search           export.py   mixcse export
+    merge.py    mixcse merge
 
 A bad command line or input is one ``error:`` line and exit 2. May import every other part of mixcse; nothing in
 mixcse imports it.
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     from mixcse.cli.encode import add_encode_arguments, add_search_arguments, run_encode, run_search
     from mixcse.cli.eval import add_data_arguments, add_eval_arguments, run_data, run_eval
     from mixcse.cli.export import add_export_arguments, run_export
+    from mixcse.cli.merge import add_merge_arguments, run_merge
     from mixcse.cli.train import add_train_arguments, run_train
 
     for name, help_text, add_arguments, run in (
@@ -39,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
             ("encode", "embed a file of sentences", add_encode_arguments, run_encode),
             ("search", "exact cosine search over a corpus", add_search_arguments, run_search),
             ("export", "write a model folder with its ONNX graph (onnxruntime backend)", add_export_arguments,
-             run_export)):
+             run_export),
+            ("merge", "average model folders of one architecture (blends, seed soups)", add_merge_arguments,
+             run_merge)):
         p = sub.add_parser(name, help=help_text)
         add_arguments(p)
         p.set_defaults(func=run)
