@@ -8,7 +8,7 @@
 Arithmetic: every term w_k * theta_k and the running sum are float64, and a weight of exactly 0 adds no term. A
 float32, bfloat16 or float16 value times 0.5, 1 or any power of two is exact in float64, and so is the sum of two
 equal halves, so a model averaged with itself, and ``blend`` at alpha 0 or 1, give the input back bit for bit
-(negative zeros, NaN and infinities included, since the zero-weight input is never read). Otherwise the result
+(negative zeros, NaN and infinities included: the input with weight 0 never enters the sum). Otherwise the result
 is rounded once, from float64 to the tensor's dtype (the widest of the inputs' dtypes for that tensor).
 
 Rules ``merge_models`` checks before it writes anything (each refusal is one ``MixCSEError``):
