@@ -151,6 +151,11 @@ CASES = [
     ("encode {model} --input {corpus} --output {out}/e.npy --precision int8", "--precision int8 needs --backend onnx"),
     ("eval {model} --tasks STSBenchmark --backend onnx", "has no onnx/model.onnx"),
     ("eval {model} --tasks STSBenchmark --precision int8", "--precision int8 needs --backend onnx"),
+    # --- mixcse merge (tests/test_merge.py: more refusals)
+    ("merge {model} {model} --weights 0.5 0.6 --output {out}/m", "--weights sum to 1.1, not 1"),
+    ("merge {model} {tmp}/not-a-model --output {out}/m", "no config.json; no tokenizer files"),
+    ("merge {model} {model} --output {tmp}/full", "full exists; choose a new folder"),
+    ("merge {model} --output {out}/m", "merge needs at least two models"),
     # --- mixcse data
     ("data download --what nope --dest {out}", "unknown item(s)"),
     ("data download --dest {tmp}/empty.txt", "exists and is not a folder"),

@@ -1,8 +1,8 @@
-"""``mixcse`` command line: train | eval | data | encode | search | export, one module per verb.
+"""``mixcse`` command line: train | eval | data | encode | search | export | merge, one module per verb.
 
     train.py    mixcse train (the run report)          eval.py     mixcse eval
     data.py     mixcse data download                   encode.py   mixcse encode, mixcse search
-    export.py   mixcse export
+    export.py   mixcse export                          merge.py    mixcse merge
 
 A bad command line or input is one ``error:`` line and exit 2. May import every other part of mixcse; nothing in
 mixcse imports it.
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     from mixcse.cli.data import add_data_arguments, run_data
     from mixcse.cli.eval import add_eval_arguments, run_eval
     from mixcse.cli.export import add_export_arguments, run_export
+    from mixcse.cli.merge import add_merge_arguments, run_merge
     from mixcse.cli.train import add_train_arguments, run_train
 
     for name, help_text, add_arguments, run in (
@@ -41,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
             ("encode", "embed a file of sentences", add_encode_arguments, run_encode),
             ("search", "exact cosine search over a corpus", add_search_arguments, run_search),
             ("export", "write a model folder with its ONNX graph (onnxruntime backend)", add_export_arguments,
-             run_export)):
+             run_export),
+            ("merge", "average model folders of one architecture (blends, seed soups)", add_merge_arguments,
+             run_merge)):
         p = sub.add_parser(name, help=help_text)
         add_arguments(p)
         p.set_defaults(func=run)
