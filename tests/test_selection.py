@@ -8,8 +8,7 @@ import yaml
 
 import mixcse
 from conftest import write_tiny_beir
-from mixcse.evaluation.pairs import read_pairs
-from mixcse.evaluation.pairs import PairsEvaluator
+from mixcse.evaluation.pairs import PairsEvaluator, read_pairs
 from mixcse.evaluation.selection import better
 from mixcse.evaluation.sts import STSEvaluator
 from mixcse.models.encoder import load_encoder

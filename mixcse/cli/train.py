@@ -43,6 +43,15 @@ def _report(result) -> None:
           f"{result.steps} steps in {result.train_seconds:.1f}s ({result.sentences_per_second:.1f} sentences/s)"
           + (f", {wall:.0f}s wall in all" if (wall := getattr(result, "wall_seconds", None)) is not None else "")
           + f"; model in {result.output_dir}/best")
+    if getattr(result, "best_alpha", None) not in (None, 1.0):
+        print(f"best/ is the blend {result.best_alpha:g} x the step-{result.best_step} checkpoint + "
+              f"{1 - result.best_alpha:g} x the start model")
+    guard = getattr(result, "guard", None)
+    if guard:
+        refused = ", ".join(f"step {c['step']}" + (f" blend {c['alpha']:g}" if c["alpha"] != 1.0 else "")
+                            for c in guard["refused"])
+        print(f"guard {guard['metric']} (tolerance {guard['tolerance']:g}), start -> best: {fmt(guard['start'])} -> "
+              f"{fmt(guard['best'])}" + (f"; refused: {refused}" if refused else "; refused: none"))
     if getattr(result, "test_pairs", None):
         print("held-out pairs (never used for selection), start -> best: " + "; ".join(
             f"{name} {r['metric'].upper() if r['metric'] == 'ap' else r['metric']} {fmt(r['start'])} -> "

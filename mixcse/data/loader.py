@@ -45,7 +45,7 @@ class CorpusLoader:
             Segments(cfg.train_file, text_column=cfg.text_column, segment=cfg.segment, min_words=cfg.min_words,
                      dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
             return
-        if cfg.positives != "dropout":
+        if cfg.positives in ("neighbours", "title"):
             self.sentences, self.text_stats = read_positive_pairs(
                 cfg.train_file, positives=cfg.positives, text_column=cfg.text_column, min_words=cfg.min_words,
                 dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
@@ -53,14 +53,21 @@ class CorpusLoader:
             self.sentences, self.text_stats = read_training_text(cfg)
         self.plan = BatchPlan(len(self.sentences), cfg.batch_size, cfg.seed)
 
-    def open(self, tokenizer, *, progress: bool = True) -> tuple[Corpus, str]:
+    def open(self, tokenizer, *, progress: bool = True,
+             pairs: list[tuple[str, str]] | None = None) -> tuple[Corpus, str]:
+        """``pairs``: (anchor, positive) for every sentence, in corpus order (``positives: mined``: found by the
+        trainer with the start model), instead of the text's own positives."""
         cfg = self.cfg
         if cfg.corpus == "disk":
             corpus = open_sharded_corpus(cfg, tokenizer, cache_dir=cfg.corpus_cache_dir, progress=progress)
             self.plan = BatchPlan(len(corpus), cfg.batch_size, cfg.seed)
             return corpus, describe(corpus.stats["text"], corpus.stats["tokens"])
         used = self.plan.used_indices(self.plan.total_steps(cfg))
-        if cfg.positives != "dropout":
+        if pairs is not None:
+            if len(pairs) != len(self.sentences):
+                raise ValueError(f"{len(pairs)} pairs for {len(self.sentences)} sentences")
+            memory = PairedCorpus(pairs, tokenizer, cfg.max_seq_length, used)
+        elif cfg.positives in ("neighbours", "title"):
             memory = PairedCorpus(self.sentences, tokenizer, cfg.max_seq_length, used)
         else:
             memory = TokenizedCorpus(self.sentences, tokenizer, cfg.max_seq_length, used)

@@ -338,13 +338,16 @@ def _selection(summary: dict) -> list[str]:
         what = summary.get("selection") or "Spearman correlation x100 of cosine similarities on the STS-B " \
                                             "development set"
         lines += [f"Selected on {what}; the starting model was a candidate.", ""]
+        alpha = summary.get("best_alpha")
+        selected = f"selected (step {summary.get('best_step', '?')}" + (
+            f", blend {alpha:g} with the start model)" if alpha not in (None, 1.0) else ")")
         lines += markdown_table(["checkpoint", f"`{metric}`"],
                                 [["start (before training)", number(summary.get("raw_dev"))],
-                                 [f"selected (step {summary.get('best_step', '?')})",
-                                  number(summary.get("best_dev"))]], centred=True)
+                                 [selected, number(summary.get("best_dev"))]], centred=True)
         if summary.get("start_won"):
             lines += ["", "No training step beat the starting model on this metric: these are its weights."]
         lines.append("")
+        lines += _candidates(summary, metric)
     else:
         lines += ["No selection data was used during training: this is the final checkpoint"
                   + (f" (step {summary['best_step']})." if summary.get("best_step") else "."), ""]
@@ -356,6 +359,27 @@ def _selection(summary: dict) -> list[str]:
                                  for name, r in held_out.items()], centred=True)
         lines.append("")
     return lines
+
+
+def _candidates(summary: dict, metric: str) -> list[str]:
+    """Every scored candidate (checkpoints and blends with the start model) with its guard score, when the run had
+    a forgetting guard or blends."""
+    candidates, guard = summary.get("candidates"), summary.get("guard")
+    if not candidates:
+        return []
+    lines = []
+    if guard:
+        refused = len(guard.get("refused") or [])
+        lines += [f"Forgetting guard: `{guard.get('metric')}` ({guard.get('description', guard.get('data'))}); a "
+                  f"candidate more than {guard.get('tolerance')} points below the start model's "
+                  f"{number(guard.get('start'))} is refused ({refused} refused). The selected model scores "
+                  f"{number(guard.get('best'))}.", ""]
+    header = ["step", "blend weight", f"`{metric}`"] + (["guard", "accepted"] if guard else [])
+    rows = [[str(c.get("step")), f"{c.get('alpha', 1.0):g}", number(c.get("score"))]
+            + ([number(c.get("guard")), "yes" if c.get("accepted") else "refused"] if guard else [])
+            for c in candidates]
+    return lines + ["Candidates (a blend weight a is (1 - a) x the start model + a x the checkpoint):", ""] + \
+        markdown_table(header, rows, centred=True) + [""]
 
 
 def write_model_card(best_dir: Path, resolved: dict, summary: dict, eval_results: dict | None = None, *,

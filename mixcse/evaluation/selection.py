@@ -90,3 +90,19 @@ def build_selector(select_on: str, *, data_dir: str | None, select_data: str | N
     from mixcse.evaluation.retrieval import RetrievalEvaluator
 
     return RetrievalEvaluator(select_data, select_split, subset=True, n_distractors=select_docs), None
+
+
+def build_guard(guard_data: str, *, data_dir: str | None) -> Evaluator:
+    """The forgetting guard's evaluator: ``stsb_dev`` (STS-B dev Spearman, from ``data_dir`` or the default search)
+    or a labelled file of (sentence1, sentence2, label or score) -- a general skill the adapted model must keep.
+    Raises ``DataError`` (before any training) when the data is missing or malformed."""
+    if guard_data == "stsb_dev":
+        evaluator = stsb_dev_evaluator(data_dir, remedy="set guard_data to a labelled pairs file, or leave it unset")
+    else:
+        if not Path(guard_data).is_file():
+            raise D.DataError(f"guard_data not found: {guard_data} (a .tsv/.csv of sentence1, sentence2, label, or "
+                              f"stsb_dev)")
+        from mixcse.evaluation.pairs import PairsEvaluator
+
+        evaluator = PairsEvaluator([guard_data])
+    return evaluator

@@ -105,7 +105,8 @@ class _StepBase:
                                                                                         non_blocking=True)
                 for k in anchors}
 
-    def _loss(self, z1: torch.Tensor, z2: torch.Tensor, signals: dict | None = None) -> tuple[LossOutput, torch.Tensor]:
+    def _loss(self, z1: torch.Tensor, z2: torch.Tensor, signals: dict | None = None
+              ) -> tuple[LossOutput, torch.Tensor]:
         """The loss of the global batch from this rank's two views; backward fills ``z1.grad`` and ``z2.grad``."""
         out = self._terms(distributed.gather_with_local_grad(z1, self.ctx),
                           distributed.gather_with_local_grad(z2, self.ctx), signals)

@@ -25,7 +25,7 @@ import yaml
 from mixcse.data.loader import CorpusLoader
 from mixcse.errors import ConfigError, MixCSEError
 from mixcse.evaluation.pairs import PairsEvaluator
-from mixcse.evaluation.selection import better, build_selector
+from mixcse.evaluation.selection import better, build_guard, build_selector
 from mixcse.models.dropout import use_fast_dropout
 from mixcse.models.encoder import load_encoder
 from mixcse.models.sentence_encoder import SentenceEncoder
@@ -49,6 +49,7 @@ from mixcse.training.rundir import (
     set_rng_state,
 )
 from mixcse.training.step import make_step
+from mixcse.training.teacher import StartModelSignals, mine_mutual_neighbours, start_embeddings
 from mixcse.training.tracking import Trackers, open_trackers
 from mixcse.utils.files import atomic_write_text
 from mixcse.utils.progress import Progress
@@ -67,6 +68,8 @@ class TrainResult:
     is_main: bool = True  # False on the other ranks of a distributed run, whose step counters are not the run's
     test_pairs: dict | None = None  # {file name: {metric, start, best}} for the config's test_pairs
     wall_seconds: float | None = None  # the whole call: loading, selection, training, saving
+    guard: dict | None = None  # {metric, start, best, tolerance, refused}: the forgetting guard, when set
+    best_alpha: float | None = None  # the shipped candidate's weight on its checkpoint (1.0: not a blend)
 
 
 def cpu_supports_bf16() -> bool:
@@ -168,6 +171,7 @@ class Run:
             cfg.select_on, data_dir=cfg.data_dir, select_data=cfg.select_data, select_split=cfg.select_split,
             analysis=cfg.analysis_at_eval, select_docs=cfg.select_docs)
         self.held_out = PairsEvaluator(cfg.test_pairs) if cfg.test_pairs and ctx.is_main else None
+        self.guard = build_guard(cfg.guard_data, data_dir=cfg.data_dir) if cfg.guard_data and self.selector else None
         description = self._load_model_and_corpus(progress)
         if ckpt is not None and self.total_steps < ckpt["state"]["step"]:
             raise ConfigError(f"--resume: the checkpoint is at step {ckpt['state']['step']}, beyond the "
@@ -177,12 +181,14 @@ class Run:
             print(description, flush=True)
         self._build_optimizer()
         self.state = {"step": 0, "best_dev": None, "best_step": None, "raw_dev": None, "bad_evals": 0,
-                      "train_seconds": 0.0, "sentences_seen": 0, "test_pairs_start": None}
+                      "train_seconds": 0.0, "sentences_seen": 0, "test_pairs_start": None, "best_alpha": 1.0,
+                      "guard_start": None, "guard_best": None, "candidates": []}
         self.resolved = {
             "config": cfg.to_dict(), "objective": vars(self.objective) | {}, "precision": self.precision,
             "world_size": ctx.world_size, "total_steps": self.total_steps,
             "steps_per_epoch": self.plan.steps_per_epoch, "torch_threads": torch.get_num_threads(),
             "device": str(ctx.device), "selection": self.selector.description if self.selector else None,
+            "guard": self.guard.description if self.guard else None,
             "inference_max_seq_length": self.inference_length}
         if self.resume:
             self._restore(ckpt, changed)
@@ -227,19 +233,55 @@ class Run:
         seed_everything(cfg.seed)
         self.encoder, self.tokenizer, source = load_encoder(
             cfg.model, pooler=cfg.pooler, mlp_only_train=cfg.mlp_only_train, trust_remote_code=cfg.trust_remote_code)
+        limit = getattr(self.encoder.backbone.config, "max_position_embeddings", None)
+        for key in ("max_seq_length", "inference_max_seq_length"):
+            if limit and (getattr(cfg, key) or 0) > limit:
+                raise ConfigError(f"{key} {getattr(cfg, key)} exceeds the {limit} positions of {cfg.model}")
         # Inference settings travel from the starting model to best/: training length is not inference length.
         self.inference_length = cfg.inference_max_seq_length or source.get("max_seq_length")
         prepare_for_training(self.encoder, cfg, ctx.device)
+        # the start model's weights, for the blends that selection scores (interpolate)
+        self.start_state = ({k: v.detach().clone() for k, v in self.encoder.state_dict().items()}
+                            if len(cfg.blend_weights()) > 1 else None)
+        pairs, self.signals = self._start_model_levers(corpus_loader)
         if ctx.rank:  # every rank starts from the same weights, but draws its own dropout masks (rank 0: `seed`)
             seed_everything(int(np.random.SeedSequence([cfg.seed, ctx.rank]).generate_state(1)[0]))
         if ctx.enabled and not ctx.is_main:
             distributed.barrier(ctx)  # rank 0 builds a missing memory-mapped corpus first; the others then open it
-        self.corpus, description = corpus_loader.open(self.tokenizer, progress=ctx.is_main and progress is not False)
+        self.corpus, description = corpus_loader.open(self.tokenizer, progress=ctx.is_main and progress is not False,
+                                                      pairs=pairs)
         if ctx.enabled and ctx.is_main:
             distributed.barrier(ctx)
         self.plan = corpus_loader.plan
         self.total_steps = self.plan.total_steps(cfg)
         return description
+
+    def _start_model_levers(self, corpus_loader) -> tuple[list | None, StartModelSignals | None]:
+        """``positives: mined`` pairs and the per-batch signals (false negatives, distillation) from the start
+        model's embeddings of the training text (mixcse/training/teacher.py); (None, None) when no lever is on."""
+        cfg, ctx = self.cfg, self.ctx
+        if not cfg.uses_start_embeddings():
+            return None, None
+        texts = corpus_loader.sentences
+        anchors = [a for a, _ in texts] if cfg.positives in ("neighbours", "title") else texts
+        t0 = time.perf_counter()
+        emb = start_embeddings(self.encoder, self.tokenizer, anchors, max_seq_length=cfg.max_seq_length,
+                               batch_size=cfg.eval_batch_size, device=ctx.device)
+        note = f"start model: embedded {len(anchors):,} training sentences in {time.perf_counter() - t0:.1f}s"
+        pairs = None
+        if cfg.positives == "mined":
+            pairs, report = mine_mutual_neighbours(anchors, emb, cfg.mine_threshold)
+            self.mined = report
+            note += (f"; positives mined: {report['with_mined_positive']:,} of {report['sentences']:,} sentences "
+                     f"have a mutual nearest neighbour at cosine >= {cfg.mine_threshold:g}, e.g. "
+                     + " | ".join(f"{a!r} ~ {b!r} ({c:.2f})" for a, b, c in report["sample"]))
+        if ctx.is_main:
+            print(note, file=sys.stderr, flush=True)
+        signals = None
+        if cfg.false_negative_threshold is not None or cfg.distill_weight:
+            signals = StartModelSignals(emb, false_negative_threshold=cfg.false_negative_threshold,
+                                        distill=bool(cfg.distill_weight))
+        return pairs, signals
 
     def _build_optimizer(self) -> None:
         cfg, ctx = self.cfg, self.ctx
@@ -322,7 +364,8 @@ class Run:
         if state["step"] == 0 and selector is not None:
             self.evaluate(0)  # the start model is a candidate: a run never ships a model worse than its start
         if state["step"] == 0 and self.held_out is not None:
-            state["test_pairs_start"] = self._held_out_scores(self.inference)
+            with _random_state_kept():
+                state["test_pairs_start"] = self._held_out_scores(self.inference)
             self.encoder.train()
         local = slice(ctx.rank * cfg.batch_size // ctx.world_size, (ctx.rank + 1) * cfg.batch_size // ctx.world_size)
         self.window = (time.perf_counter(), 0)  # (start, sentences) of the sentences/s window
@@ -332,7 +375,9 @@ class Run:
                                precision=self.precision)
         save_steps = cfg.save_steps or cfg.eval_steps
         while state["step"] < self.total_steps and not stop:
-            result = self.step(train_step, self.corpus.batch(self.plan.indices(state["step"])[local]))
+            indices = self.plan.indices(state["step"])
+            signals = self.signals(indices) if self.signals is not None else None
+            result = self.step(train_step, self.corpus.batch(indices[local]), signals)
             step = state["step"]
             if step % cfg.log_steps == 0 or step == self.total_steps:  # the only host syncs of the loop
                 self.log(result)
@@ -347,10 +392,10 @@ class Run:
         self.trackers.close()
         return self.finish()
 
-    def step(self, train_step, batch: dict):
+    def step(self, train_step, batch: dict, signals: dict | None = None):
         """One optimiser step on one global batch (this rank's share); the step's result, not yet synced."""
         t0 = time.perf_counter()
-        result = train_step(batch)
+        result = train_step(batch, signals=signals)
         self.scheduler.step()
         self.state["step"] += 1
         self.state["sentences_seen"] += self.cfg.batch_size
@@ -384,28 +429,84 @@ class Run:
         return value
 
     def evaluate(self, step: int) -> bool:
-        """Score the model on the selector's data; keep it in best/ when it beats every earlier candidate, the
-        start model (step 0) included. Returns True when early stopping says stop."""
-        ctx, state, selector = self.ctx, self.state, self.selector
-        selection = self._score(selector, self.inference) if ctx.is_main else None
-        score, extras = distributed.broadcast_object(selection, ctx)
+        """Score this evaluation's candidates -- the model, and with ``interpolate`` its blends with the start model
+        -- on the selector's data and the guard's; keep the best candidate the guard accepts in best/ when it beats
+        every earlier one, the start model (step 0) included. Returns True when early stopping says stop."""
+        ctx, state = self.ctx, self.state
+        with _random_state_kept():  # scoring never moves the dropout masks of the steps that follow
+            decided = self._candidates(step) if ctx.is_main else None
+        decided = distributed.broadcast_object(decided, ctx)
         self.encoder.train()
         if self.cfg.save_candidates and ctx.is_main:
             self.encoder.save(candidate_path(self.out, step), self.tokenizer, max_seq_length=self.inference_length)
-        if step == 0:
-            state["raw_dev"] = score
-        if state["best_step"] is None or better(score, state["best_dev"], selector.greater_is_better):
-            state.update(best_dev=score, best_step=step, bad_evals=0)
-            self.save_best()
-        else:
-            state["bad_evals"] += 1
-        self._record({"step": step, selector.name: score, "best_dev": state["best_dev"],
-                      "best_step": state["best_step"], **extras})
+        state.update(decided["state"])
+        for record in decided["records"]:
+            self._record(record)
         if ctx.is_main:
-            what = " (start model)" if step == 0 else f" (best {state['best_dev']:.2f} @ {state['best_step']})"
-            self.bar.write(f"step {step}: {selector.name} {score:.2f}{what}")
+            for line in decided["lines"]:
+                self.bar.write(line)
         patience = self.cfg.early_stopping_patience
         return step > 0 and patience is not None and state["bad_evals"] >= patience
+
+    def _candidates(self, step: int) -> dict:
+        """(rank 0) Score every candidate of this evaluation and decide: the new loop state, the metrics records
+        and the log lines. A blend's weights are loaded into the model for its scoring (and saving, when it wins),
+        then the checkpoint's are put back bit for bit."""
+        cfg, state, selector, guard = self.cfg, self.state, self.selector, self.guard
+        new = {k: state[k] for k in ("best_dev", "best_step", "best_alpha", "raw_dev", "guard_start", "guard_best")}
+        new["candidates"] = list(state["candidates"])
+        records, lines, improved, checkpoint = [], [], False, None
+        try:
+            for alpha in ([1.0] if step == 0 else cfg.blend_weights()):
+                if alpha != 1.0:
+                    from mixcse.models.merge import blend
+
+                    checkpoint = checkpoint or {k: v.detach().clone() for k, v in self.encoder.state_dict().items()}
+                    self.encoder.load_state_dict(blend(self.start_state, checkpoint, alpha))
+                score, extras = self._score(selector, self.inference)
+                guarded = self._score(guard, self.inference)[0] if guard is not None else None
+                if step == 0:
+                    new.update(raw_dev=score, guard_start=guarded)
+                accepted = self._guard_accepts(guarded, new["guard_start"])
+                wins = new["best_step"] is None or better(score, new["best_dev"], selector.greater_is_better)
+                if accepted and wins:
+                    new.update(best_dev=score, best_step=step, best_alpha=alpha, guard_best=guarded)
+                    improved = True
+                    self.save_best()  # the candidate's weights are the model's now
+                candidate = {"step": step, "alpha": alpha, "score": score}
+                record = {"step": step, selector.name: score, "best_dev": new["best_dev"],
+                          "best_step": new["best_step"], **extras}
+                if alpha != 1.0:
+                    record["alpha"] = alpha
+                if guard is not None:
+                    candidate.update(guard=guarded, accepted=accepted)
+                    record.update(guard=guarded, guard_accepted=accepted)
+                new["candidates"].append(candidate)
+                records.append(record)
+                lines.append(self._candidate_line(step, alpha, score, guarded, accepted, new))
+        finally:
+            if checkpoint is not None:
+                self.encoder.load_state_dict(checkpoint)
+        new["bad_evals"] = 0 if improved else state["bad_evals"] + 1
+        return {"state": new, "records": records, "lines": lines}
+
+    def _guard_accepts(self, score: float | None, start: float | None) -> bool:
+        """Whether a candidate's guard score is within ``guard_tolerance`` points of the start model's."""
+        if score is None or start is None:
+            return True
+        if self.guard.greater_is_better:
+            return score >= start - self.cfg.guard_tolerance - 1e-9
+        return score <= start + self.cfg.guard_tolerance + 1e-9
+
+    def _candidate_line(self, step, alpha, score, guarded, accepted, new) -> str:
+        name = self.selector.name + (f" of the blend {alpha:g}" if alpha != 1.0 else "")
+        what = " (start model)" if step == 0 else f" (best {new['best_dev']:.2f} @ {new['best_step']})"
+        line = f"step {step}: {name} {score:.2f}{what}"
+        if guarded is not None:
+            line += f"; guard {self.guard.name} {guarded:.2f}"
+            if not accepted:
+                line += f": refused, more than {self.cfg.guard_tolerance:g} below the start's {new['guard_start']:.2f}"
+        return line
 
     def _score(self, evaluator, encoder) -> tuple[float, dict[str, float]]:
         """An evaluator's primary metric and its extras on ``encoder`` (the model as it will be used)."""
@@ -458,6 +559,14 @@ class Run:
                            selection=selector.description if selector else None,
                            start_won=selector is not None and state["best_step"] == 0,
                            inference_max_seq_length=self.inference_length)
+            if len(self.cfg.blend_weights()) > 1:
+                summary["best_alpha"] = state["best_alpha"]
+            if self.guard is not None:
+                summary["guard"] = self._guard_report()
+            if self.guard is not None or len(self.cfg.blend_weights()) > 1:
+                summary["candidates"] = state["candidates"]
+            if getattr(self, "mined", None):
+                summary["mined_positives"] = self.mined
             if self.held_out is not None:
                 summary["test_pairs"] = self._held_out_report()
             summary["wall_seconds"] = time.perf_counter() - self.started  # this call's (resumed: since the resume)
@@ -471,7 +580,27 @@ class Run:
         return TrainResult(str(out), state["step"], state["best_step"], state["best_dev"], state["raw_dev"],
                            state["train_seconds"], state["sentences_seen"] / max(state["train_seconds"], 1e-9),
                            selector.name if selector else None, ctx.is_main, summary.get("test_pairs"),
-                           summary.get("wall_seconds"))
+                           summary.get("wall_seconds"), summary.get("guard"), summary.get("best_alpha"))
+
+    def _guard_report(self) -> dict:
+        """The guard in summary.json: its metric, data, tolerance, the start's and the shipped model's scores, and
+        the candidates it refused."""
+        state = self.state
+        return {"metric": self.guard.name, "data": self.cfg.guard_data, "description": self.guard.description,
+                "tolerance": self.cfg.guard_tolerance, "start": state["guard_start"], "best": state["guard_best"],
+                "refused": [{"step": c["step"], "alpha": c["alpha"]} for c in state["candidates"]
+                            if c.get("accepted") is False]}
+
+
+@contextlib.contextmanager
+def _random_state_kept():
+    """Evaluation leaves the random state as it found it: how often and on how many candidates a run scores never
+    changes the dropout masks its training steps draw."""
+    state = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state)
 
 
 def _write_card(out: Path, resolved: dict, summary: dict) -> None:
