@@ -14,17 +14,22 @@ from conftest import TOPICS, needs_example_data
 TINY = ["--set", "max_steps=2", "eval_steps=1", "batch_size=8", "learning_rate=1e-3"]
 
 
-def test_keys_name_only_the_settings_that_differ_from_the_recipe():
-    assert domain.similarity_key("mixcse", dict(domain.DEFAULTS), 0) == "mixcse|recipe|seed0"
-    assert domain.similarity_key("mixcse", {**domain.DEFAULTS, "learning_rate": 3e-5}, 2) == (
-        "mixcse|learning_rate=3e-05|seed2")
+def test_keys_name_the_domain_and_only_the_settings_that_differ_from_the_base():
+    assert domain.similarity_key("products", "mixcse", dict(domain.DEFAULTS), 0) == "products|mixcse|recipe|seed0"
+    assert domain.similarity_key("medical", "mixcse", {**domain.DEFAULTS, "learning_rate": 3e-5}, 2) == (
+        "medical|mixcse|learning_rate=3e-05|seed2")
 
 
 def test_paired_differences_need_two_seeds_and_a_spread_for_a_p_value():
     assert domain.paired({0: 1.0}, {0: 0.5}) is None
-    assert domain.paired({0: 1.0, 1: 2.0}, {0: 0.5, 1: 1.5}) == {"mean": 0.5, "p": None}
+    assert domain.paired({0: 1.0, 1: 2.0}, {0: 0.5, 1: 1.5}) == {"mean": 0.5, "std": 0.0, "n": 2, "wins": 2,
+                                                                 "p": None}
     d = domain.paired({0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.5, 1: 1.0, 2: 1.0, 3: 9.0})  # seed 3: one side only
-    assert d["mean"] == pytest.approx(7 / 6) and 0 < d["p"] < 1
+    assert d["mean"] == pytest.approx(7 / 6) and 0 < d["p"] < 1 and (d["n"], d["wins"]) == (3, 3)
+    assert domain.paired({0: 2.0, 1: 1.0}, 1.5)["wins"] == 1  # against the start model: one number
+    assert domain.fmt_diff(d).startswith("+1.17 ± ") and not domain.fmt_diff(d).startswith("**")
+    significant = {"mean": 3.0, "std": 0.1, "n": 3, "wins": 3, "p": 0.001}
+    assert domain.fmt_diff(significant) == "**+3.00 ± 0.10, 3/3, p = 0.001**"
 
 
 def write_pairs(path: Path, pairs: list[tuple[str, str, int]]) -> Path:
@@ -35,13 +40,15 @@ def write_pairs(path: Path, pairs: list[tuple[str, str, int]]) -> Path:
 
 @pytest.fixture
 def tiny_similarity(tiny_bert, synthetic_data, tmp_path, monkeypatch):
-    """The questions, pairs, STS data, MiniLM and cache replaced by topic-word questions, the tiny BERT and a
+    """The domains' texts, pairs, STS data, MiniLM and cache replaced by topic-word sentences, the tiny BERT and a
     temporary folder."""
-    data = tmp_path / "questions"
+    data = tmp_path / "domains"
     same = [(" ".join(t[:4]), " ".join(t[4:8]), 1) for t in TOPICS] + [
         (" ".join(TOPICS[i][:4]), " ".join(TOPICS[i + 1][4:8]), 0) for i in range(7)]
-    pairs = {name: write_pairs(data / f"{name}.tsv", same) for name in ("mqp_dev", "mqp_test", "rqe_test")}
-    (data / "unlabeled.txt").write_text("\n".join(" ".join(t[i:i + 5]) for t in TOPICS for i in range(6)) + "\n")
+    pairs = {name: write_pairs(data / f"{name}.tsv", same) for name in domain.PAIRS}
+    for train in ("products/unlabeled.txt", "medical-questions/unlabeled.txt"):
+        (data / train).parent.mkdir(parents=True, exist_ok=True)
+        (data / train).write_text("\n".join(" ".join(t[i:i + 5]) for t in TOPICS for i in range(6)) + "\n")
     monkeypatch.setattr(domain, "DATA", data)
     monkeypatch.setattr(domain, "PAIRS", pairs)
     monkeypatch.setattr(domain, "CACHE", tmp_path / "cache")
@@ -57,12 +64,14 @@ def test_similarity_compare_and_sweep_share_the_cache_and_the_report(tiny_simila
 
     assert domain.main(base + ["--methods", "mixcse", "mnrl"] + TINY) == 0
     written = json.loads(results.read_text())
-    assert set(written["zero_shot"]) == {"mqp_dev_ap", "mqp_test_ap", "rqe_test_ap", "stsb_test"}
+    assert set(written["zero_shot"]) == set(domain.SCORES)
     assert [r["key"] for r in written["runs"]] == [
-        "mixcse|batch_size=8,eval_steps=1,learning_rate=0.001,max_steps=2|seed0",
-        "mnrl|batch_size=8,eval_steps=1,learning_rate=0.001,max_steps=2|seed0"]
+        "products|mixcse|batch_size=8,eval_steps=1,learning_rate=0.001,max_steps=2|seed0",
+        "products|mnrl|batch_size=8,eval_steps=1,learning_rate=0.001,max_steps=2|seed0"]
+    assert all(r["domain"] == "products" and set(domain.SCORES) <= set(r) for r in written["runs"])
     assert all(r["best_step"] in (0, 1, 2) and r["peak_rss_mb"] is None for r in written["runs"])
     assert written["recipe"] == domain.DEFAULTS and written["machines"] and written["code"]
+    assert domain.main(base + ["--domain", "medical", "--methods", "simcse"] + TINY) == 0
 
     assert domain.main(base + ["--methods", "mixcse"] + TINY + ["--grid", "temperature=0.05,0.1"]) == 0
     sweep = json.loads(results.read_text())["sweep"]
@@ -70,7 +79,12 @@ def test_similarity_compare_and_sweep_share_the_cache_and_the_report(tiny_simila
     monkeypatch.setattr(domain, "similarity_run", lambda *a: pytest.fail("a recorded run was trained again"))
     assert domain.main(base + ["--methods", "mixcse", "mnrl"] + TINY) == 0  # every row recorded already
     report = (docs / "similarity_adaptation_results.md").read_text()
-    assert "| mixcse | 1 |" in report and "| mnrl | 1 |" in report and "## Exploration" in report
+    assert "### Trained on products" in report and "### Trained on medical" in report
+    assert "| mnrl (batch_size=8" in report and "### Exploration (single seeds)" in report
+    decision = (docs / "domain-adaptation.md").read_text()
+    start, end = domain.block("domain-decision")
+    assert decision.index(start) < decision.index("**products**") < decision.index("**medical**") < decision.index(end)
+    assert "| start model (all-MiniLM-L6-v2) | – |" in decision
     assert (docs / "similarity_adaptation.png").exists()
 
 
@@ -79,24 +93,24 @@ def test_a_mixcse_run_cut_off_mid_training_resumes_from_its_checkpoint_and_recor
     from mixcse.training import step
 
     settings = {**domain.DEFAULTS, "max_steps": 4, "eval_steps": 2, "batch_size": 8, "learning_rate": 1e-3}
-    run = ("mixcse", settings, 0)
+    run = ("products", "mixcse", settings, 0)
     key = domain.similarity_key(*run)
     whole = domain.similarity_run(*run, tmp_path / "whole")
 
     records, saves = [], []
-    with interrupted_at_call(step, "contrastive_loss", 3):  # dies inside step 3, after the checkpoint at step 2
+    with interrupted_at_call(step, "training_loss", 3):  # dies inside step 3, after the checkpoint at step 2
         domain.run_missing([(key, run)], records, lambda run, out: domain.similarity_run(*run, out),
                            lambda: saves.append(1))
     assert not records and not saves
-    assert domain.resumable_step(tmp_path / "cache" / key) == 2
+    assert domain.resumable_step(tmp_path / "cache" / key.replace("|", "_")) == 2
     domain.run_missing([(key, run)], records, lambda run, out: domain.similarity_run(*run, out),
                        lambda: saves.append(1))
 
     (resumed,) = records
-    assert saves == [1] and f"{key}: resuming from its checkpoint at step 2" in capsys.readouterr().out
+    assert saves == [1] and f"{key.replace('|', '_')}: resuming from its checkpoint at step 2" in capsys.readouterr().out
     for field in ("key", "best_step", *domain.SCORES):
         assert resumed[field] == whole[field], field
-    assert domain.resumable_step(tmp_path / "cache" / key) is None  # the finished run's checkpoint is gone
+    assert domain.resumable_step(tmp_path / "cache" / key.replace("|", "_")) is None  # the checkpoint is gone
 
 
 @needs_example_data(domain.DATA)
@@ -107,6 +121,7 @@ def test_main_job_records_the_runs_summary_and_report(tiny_bert, tmp_path):
     written = json.loads(results.read_text())
     assert written["recipe"] == domain.MAIN_JOB_RECIPE and written["summary"]["steps"] == 2
     assert any(line.startswith("start dev pairs AP") for line in written["report"]) and written["wall_seconds"] > 0
+    assert any(line.startswith("guard stsb_dev (tolerance 0.3)") for line in written["report"])
 
 
 @pytest.mark.parametrize("argv", [["similarity", "--set", "max_steps"], ["similarity", "--methods", "nope"],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -151,11 +152,24 @@ def embed_units(encoder: Encoder, units: dict[str, list[str]], *, batch_size: in
     return {name: out[name] for name in units}, stats
 
 
+_ROWS_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # encoder -> {batch_size: verdict}
+ROWS_SAMPLE = 16  # sentences the check runs on: it asks the kernels, not the data
+
+
 def _shares_rows(encoder: Encoder, sample: list[str], batch_size: int) -> bool:
-    """Whether `encoder` can compute several units' rows together with the same bits (see embed_units)."""
+    """Whether `encoder` can compute several units' rows together with the same bits (see embed_units); asked once
+    per encoder object and batch size (a training run scores the same object at every evaluation)."""
     device = getattr(encoder, "device", None)
-    return (hasattr(encoder, "encode_units") and hasattr(encoder, "rows_are_independent")
-            and getattr(device, "type", None) == "cpu" and encoder.rows_are_independent(sample, batch_size))
+    if not (hasattr(encoder, "encode_units") and hasattr(encoder, "rows_are_independent")
+            and getattr(device, "type", None) == "cpu"):
+        return False
+    try:
+        verdicts = _ROWS_CHECKED.setdefault(encoder, {})
+    except TypeError:  # not weak-referenceable: ask every time
+        verdicts = {}
+    if batch_size not in verdicts:
+        verdicts[batch_size] = bool(encoder.rows_are_independent(sample[:ROWS_SAMPLE], batch_size))
+    return verdicts[batch_size]
 
 
 def _read_unit(path: Path | None, n: int) -> np.ndarray | None:
