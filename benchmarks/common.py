@@ -1,4 +1,5 @@
-"""Shared helpers of the benchmarks: paths, machine description, interleaved timing, CPU peak memory, results."""
+"""Shared helpers of the benchmarks: paths, machine description, interleaved timing, CPU peak memory, results, and the
+one table toolkit of every generated block (cells, paired differences, the bold rule, captions, block markers)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import itertools
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -22,7 +24,7 @@ STAND_IN = SHARED / "models" / "mini-wiki-mlm"
 CORPUS = SHARED / "data" / "corpus" / "wiki_sentences.txt.gz"
 DOWNSTREAM = SHARED / "data" / "downstream"
 RESULTS = REPO / "benchmarks" / "results"
-START_LOADAVG = os.getloadavg()  # the machine is shared: its load is part of every result
+START_LOADAVG = os.getloadavg()  # the load of the machine is part of every result
 
 
 def cpu_model() -> str:
@@ -37,8 +39,15 @@ def machine_info() -> dict:
 
     from mixcse.training.trainer import cpu_supports_bf16
 
+    import numpy
+    import transformers
+
+    import mixcse
+
     info = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "packages": {"mixcse": mixcse.__version__, "transformers": transformers.__version__,
+                         "numpy": numpy.__version__},
             "load_average_1_5_15min_at_start": START_LOADAVG, "load_average_1_5_15min_at_end": os.getloadavg(),
             "cpu_bf16": cpu_supports_bf16()}
     if torch.cuda.is_available():
@@ -172,15 +181,20 @@ def command_line() -> str:
     return " ".join([Path(sys.executable).name] + argv)
 
 
+def stamp() -> dict:
+    """The machine, date and commit of a record made now."""
+    return {"machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": code_version()}
+
+
 def write_result(name: str, payload: dict, *, path: Path | None = None, command: str | None = None,
                  machine: bool = True) -> Path:
-    """``payload`` with the benchmark's name, command, date and (``machine``) machine, at ``path`` (default
+    """``payload`` with the benchmark's name, command, date, commit and (``machine``) machine, at ``path`` (default
     ``RESULTS/name.json``); written atomically, a non-finite number as null."""
     from mixcse.utils.files import atomic_write_json, to_jsonable
 
     path = path or RESULTS / f"{name}.json"
     record = {"benchmark": name, "command": command or command_line(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-              **({"machine": machine_info()} if machine else {}), **payload}
+              "commit": code_version(), **({"machine": machine_info()} if machine else {}), **payload}
     atomic_write_json(path, to_jsonable(record))
     print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}", flush=True)
     return path
@@ -220,3 +234,111 @@ def single_instance(path: Path, who: str) -> bool:
     path.write_text(mine)
     atexit.register(lambda: path.unlink() if path.exists() and path.read_text() == mine else None)
     return True
+
+
+# ----------------------------------------------------------------------------- the tables of the generated blocks
+# A record: one run or one evaluation, a dict with "machine" (machine_info() or a backfilled part of it), "date",
+# optionally "seed", "precision", "commit", "provenance". A row: (label, records of one machine kind).
+ALPHA, MIN_SEEDS = 0.05, 3
+BOLD_RULE = (f"Bold: a paired difference whose two-sided t-test gives p < {ALPHA} over at least {MIN_SEEDS} shared "
+             "seeds. A difference cell is the mean ± std of the per-seed differences (seeds above 0 / shared seeds, "
+             "p); against a start model, evaluated once, each run is compared with its one value.")
+
+
+def machine_kind(machine: dict | None) -> str | None:
+    """The kind of machine a record ran on: its GPU's name, else its CPU model ("NVIDIA H200", "Intel Xeon")."""
+    name = (machine or {}).get("gpu") or (machine or {}).get("cpu")
+    return " ".join(re.sub(r"\((R|TM)\)|\bProcessor\b", " ", name).split()) if name else None
+
+
+def kind_of(records: list[dict]) -> str:
+    """The one machine kind of ``records``; ValueError when they lack one or ran on several (never pooled)."""
+    if len(kinds := {machine_kind(r.get("machine")) for r in records}) != 1 or None in kinds:
+        raise ValueError(f"records of machine kinds {sorted(map(str, kinds))}: a mean takes one recorded kind")
+    return kinds.pop()
+
+
+def by_kind(records: list[dict]) -> dict[str, list[dict]]:
+    """``records`` grouped by machine kind, in order of first appearance."""
+    return {kind: [r for r in records if kind_of([r]) == kind] for kind in dict.fromkeys(kind_of([r]) for r in records)}
+
+
+def mean_cell(records: list[dict], metric: Callable[[dict], float | None], digits: int = 2, sign: str = "") -> str:
+    """"79.80 ± 0.10" over ``records`` of one machine kind (one value: "78.88"; none: "–"; ``sign`` "+": "+0.12")."""
+    kind_of(records)
+    m, s, _ = mean_std([metric(r) for r in records])
+    return "–" if m is None else f"{m:{sign}.{digits}f}" + ("" if s is None else f" ± {s:.{digits}f}")
+
+
+def paired_diffs(records: list[dict], ref: list[dict], metric: Callable[[dict], float | None]) -> list[float]:
+    """metric(record) − metric(ref) per shared seed; a ``ref`` of one record without a seed (a start model, evaluated
+    once) is every record's reference. Both sides on one machine kind."""
+    if kind_of(records) != kind_of(ref):
+        raise ValueError("a paired difference compares records of one machine kind")
+    base = {r.get("seed"): metric(r) for r in ref}
+    pairs = ([(metric(r), base[None]) for r in records] if list(base) == [None]
+             else [(metric(r), base[r["seed"]]) for r in records if r.get("seed") in base])
+    return [a - b for a, b in pairs if finite(a) and finite(b)]
+
+
+def diff_cell(records: list[dict], ref: list[dict], metric: Callable[[dict], float | None], digits: int = 2) -> str:
+    """"+0.14 ± 0.06 (10/10, p = 4e-05)", bold by BOLD_RULE; "–" without a shared seed."""
+    diffs = paired_diffs(records, ref, metric)
+    if not diffs:
+        return "–"
+    (m, s, n), p = mean_std(diffs), t_test_p(diffs)
+    text = (f"{m:+.{digits}f}" + ("" if s is None else f" ± {s:.{digits}f}") + f" ({sum(d > 0 for d in diffs)}/{n}"
+            + ("" if p is None else f", p = {p:.2g}") + ")")
+    return f"**{text}**" if p is not None and p < ALPHA and n >= MIN_SEEDS else text
+
+
+def value(metric: Callable[[dict], float | None], digits: int = 2, sign: str = "") -> Callable:
+    """A column of a results_table: the row's mean ± std."""
+    return lambda label, records, find: mean_cell(records, metric, digits, sign)
+
+
+def versus(metric: Callable[[dict], float | None], ref, digits: int = 2) -> Callable:
+    """A column of a results_table: the row minus the row ``ref`` (a label, or a dict label -> label) on the same
+    machine kind, paired by seed; empty where that row does not exist."""
+    def cell(label, records, find):
+        other = ref.get(label) if isinstance(ref, dict) else ref
+        base = find(other, kind_of(records)) if other and other != label else None
+        return diff_cell(records, base, metric, digits) if base else ""
+    return cell
+
+
+def results_table(rows: list[tuple[str, list[dict]]], columns: dict[str, Callable]) -> list[str]:
+    """model | machine | n | the columns: ``columns[header](label, records, find)``, with ``find(label, kind)`` the
+    records of another row on a machine kind. A row's records must share one machine kind (kind_of)."""
+    from mixcse.utils.tables import markdown_table
+
+    index = {(label, kind_of(records)): records for label, records in rows}
+    body = [[label, kind_of(records), str(len(records))]
+            + [fn(label, records, lambda lb, kind: index.get((lb, kind))) for fn in columns.values()]
+            for label, records in rows]
+    return markdown_table(["model", "machine", "n", *columns], body)
+
+
+def caption(records: list[dict]) -> str:
+    """Per machine kind: records, dates, precision, torch, threads and code commit, naming what the records lack
+    (and their provenance note); ValueError for a record without machine or date."""
+    parts = []
+    for kind, group in by_kind(records).items():
+        if not all(r.get("date") for r in group):
+            raise ValueError(f"a record on {kind} has no date")
+        days = sorted({str(r["date"])[:10] for r in group})
+        fields = {"precision": {r.get("precision") for r in group}, "commit": {r.get("commit") for r in group},
+                  **{k: {r["machine"].get(key) for r in group} for k, key in (("torch", "torch"),
+                                                                              ("threads", "torch_threads"))}}
+        known = "".join(f", {k} {', '.join(sorted(map(str, v - {None})))}" for k, v in fields.items() if v - {None})
+        lacking = ", ".join(k for k, v in fields.items() if None in v)
+        notes = "".join(f" ({n})" for n in sorted({r["provenance"] for r in group if r.get("provenance")
+                                                    and not r.get("commit")}))
+        parts.append(f"{kind}: {len(group)} records, {' – '.join(dict.fromkeys([days[0], days[-1]]))}{known}"
+                     + (f"; not recorded: {lacking}" if lacking else "") + notes)
+    return "Machines: " + "; ".join(parts) + "."
+
+
+def block_markers(name: str) -> tuple[str, str]:
+    """The lines around the generated block ``name`` in its page."""
+    return f"<!-- begin generated:{name} (python -m benchmarks.report) -->", f"<!-- end generated:{name} -->"

@@ -1,5 +1,5 @@
 """The claims harness and its subcommands (benchmarks/claims.py): the plans, run keys, the cache, STS-only records,
-one variant syntax, both probes from one embedding cache, the batch study's pairing and reuse, bad input."""
+one variant syntax, both probes from one embedding cache, machine, date and commit in every record, bad input."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_plan_pairs_presets_by_seed_and_puts_extras_where_they_bind():
         "minilm-raw", "glove", "standin-raw-cls", "standin-raw-avg", "minilm-raw-fp32")]
 
 
-def test_a_run_recorded_without_transfer_is_still_to_do_for_a_job_that_wants_it():
+def test_a_run_recorded_without_transfer_is_still_to_do_for_a_job_that_wants_it(tmp_path, monkeypatch):
     full = claims.make_spec("minilm", "mixcse:0.5", 0, None, "bf16")
     sts_only = claims.make_spec("minilm", "mixcse:0.5", 0, None, "bf16", transfer=False)
     assert full.key == sts_only.key and full.name == sts_only.name  # same run directory: weights are reused
@@ -61,9 +61,11 @@ def test_a_run_recorded_without_transfer_is_still_to_do_for_a_job_that_wants_it(
            "settings": {"mode": "test", "classifier": "sklearn", "batch_size": 128, "seconds": {}}}
     out = claims.summarise_eval(res)  # an STS-only evaluation: no transfer row in the tables
     assert out["transfer"] is None and out["mrpc_f1"] is None and out["sts"] == {"STS12": 70.0, "avg": 70.0}
-    data = {"runs": [{**record(sts_only, transfer=False), **out}], "baselines": []}
-    assert any("λ=0.5" in row for row in claims_report.task_table(data, "minilm", "sts"))
-    assert not any("λ=0.5" in row for row in claims_report.task_table(data, "minilm", "transfer"))
+    stamp = {"machine": {"cpu": "Some CPU"}, "date": "2026-01-01"}
+    (tmp_path / "r.json").write_text(json.dumps({"runs": [{**record(sts_only, False), **out, **stamp}]}))
+    monkeypatch.setattr(claims_report, "RESULTS", tmp_path)
+    tables = claims_report.tasks(("r.json",))
+    assert "| MixCSE λ=0.5 | Some CPU | 1 | 70.00 |" in tables and "Transfer" not in tables
 
 
 def test_the_table_and_the_gpu_probe_build_configs_from_one_variant_syntax(tmp_path):
@@ -132,10 +134,9 @@ def test_the_fp32_table_trains_and_evaluates_in_fp32(tmp_path, capsys, recipe):
     (["steps", "--presets", "simcse", "mixcse:x"], "unknown variant 'mixcse:x'"),
     (["steps", "--seeds", "0,one"], "--seeds takes whole numbers"),
     (["steps", "--jobs", "0"], "must be >= 1"),
-    (["batch", "--batch-sizes", "64,500"], "batch size 500: above 64, the cached step needs a multiple of 64"),
-    (["batch", "--steps", "0"], "must be >= 1"),
-    (["batch", "--eval-workers", "0"], "must be >= 1"),
-    (["batch", "--reuse-from", "missing.json"], "--reuse-from missing.json: no such file"),
+    (["paper", "--steps", "0"], "must be >= 1"),
+    (["paper", "--eval-workers", "0"], "must be >= 1"),
+    (["paper", "--seeds", "0,x"], "--seeds takes whole numbers"),
 ])
 def test_bad_input_is_one_error_line_before_anything_runs(tmp_path, capsys, recipe, args, message):
     out = tmp_path / "out.json"
@@ -163,75 +164,5 @@ def test_the_gpu_probe_writes_every_run_with_its_settings(tmp_path, monkeypatch,
     recorded = json.loads((claims.RESULTS / "seeds_probe_gpu.json").read_text())["settings"]
     assert probe["settings"].keys() == recorded.keys() and probe["settings"]["seeds"] == [0, 1, 2]
     assert [(r["seed"], r["preset"]) for r in probe["runs"]][:2] == [(0, "simcse"), (0, "mixcse")]
-    assert "- MixCSE − SimCSE: STS avg +0.50 ± 0.00 (n=3); better on 3/3 seeds" in capsys.readouterr().out
-
-
-def test_every_batch_size_reads_about_the_same_sentences_and_only_larger_ones_are_cached():
-    jobs = claims.batch_plan(["minilm", "standin"], ["mixcse", "mixcse:0.2"], [0], [64, 512, 2048], "fp32", False)
-    got = [(j.backbone, j.batch_size, j.steps, j.eval_steps, j.mini_batch_size) for j in jobs]
-    assert got == [("standin", 64, 250, 25, None), ("standin", 512, 31, 3, 64), ("standin", 2048, 8, 1, 64),
-                   ("minilm", 64, 200, 25, None), ("minilm", 512, 25, 3, 64), ("minilm", 2048, 6, 1, 64)]
-    # batch 64 is the claims table's own run: its key and folder name are the ones records already have
-    assert jobs[3].key == ("minilm", "mixcse", 0, 0.2, 200, "fp32", 64) == claims.run_key(record(jobs[3], False))
-    assert jobs[3].name == "minilm-mixcse-lam0.2-s0-n200-test-fp32"
-    assert jobs[4].name == "minilm-mixcse-lam0.2-s0-n25-b512-test-fp32" and jobs[4].key[-1] == 512
-    assert claims.run_key({**record(jobs[4], False), "batch_size": 512}) == jobs[4].key
-    from mixcse.training.config import build_config
-
-    built = build_config(jobs[4].config())
-    assert built.batch_size == 512 and built.mini_batch_size == 64 and built.max_steps == 25 and built.eval_steps == 3
-    assert "mini_batch_size" not in jobs[3].config() and jobs[3].config()["batch_size"] == 64
-
-
-def _run(seed: int, batch: int, sts: float, precision: str = "fp32", steps: int | None = None) -> dict:
-    r = {"backbone": "standin", "preset": "mixcse", "seed": seed, "lam": 0.2,
-         "steps": steps or claims.equal_sentences(250, batch), "mode": "test", "eval_precision": precision,
-         "sts": {"avg": sts}, "transfer": None, "best_dev": 30.0, "best_step": 25, "train_seconds": 100.0}
-    return r if batch == 64 else {**r, "batch_size": batch}  # claims records carry no batch size
-
-
-def test_the_batch_summary_pairs_each_batch_with_batch_64_of_the_same_precision_and_budget():
-    data = {"runs": [_run(0, 64, 27.0), _run(1, 64, 26.0), _run(0, 512, 27.5), _run(1, 512, 27.5),
-                     _run(2, 512, 20.0),  # seed 2 has no batch-64 run: not paired
-                     _run(0, 64, 10.0, "bf16"), _run(0, 512, 11.0, "bf16"),  # another precision: its own rows
-                     _run(0, 64, 5.0, steps=10), _run(0, 512, 9.0, steps=10)]}  # --steps 10: equal steps
-    rows = {(r["eval_precision"], r["batch_size"], r["steps"]): r for r in claims.batch_summary(data)}
-    assert rows["fp32", 64, 250]["sts_avg_minus_batch64"] == [] and rows["fp32", 64, 250]["n"] == 2
-    big = rows["fp32", 512, 31]
-    assert big["sts_avg_minus_batch64"] == [0.5, 1.5] and big["sts_avg_minus_batch64_mean"] == 1.0
-    assert big["n"] == 3 and big["sentences"] == 512 * 31 and "better on 2/2 seeds" in big["sts_avg_minus_batch64_text"]
-    assert rows["bf16", 512, 31]["sts_avg_minus_batch64"] == [1.0]
-    assert rows["fp32", 512, 10]["sts_avg_minus_batch64"] == [4.0]
-    assert big["sts_avg_mean"] == pytest.approx(25.0) and big["sts_avg_std"] == pytest.approx(4.33, abs=0.01)
-
-
-def test_recorded_batch_64_runs_are_copied_and_the_others_trained(tmp_path, monkeypatch, capsys, recipe):
-    source = tmp_path / "claims.json"
-    source.write_text(json.dumps({"runs": [_run(0, 64, 27.0)]}))
-    trained = []
-
-    def train_and_evaluate(spec, workers=1):
-        trained.append(spec.name)
-        return _run(spec.seed, spec.batch_size, 28.0)
-
-    monkeypatch.setattr(claims, "train_and_evaluate", train_and_evaluate)
-    results = tmp_path / "b.json"
-    study = ["batch", "--backbones", "standin", "--batch-sizes", "64,512", "--seeds", "0"] + recipe
-    args = study + ["--results", str(results), "--reuse-from", str(source)]
-    assert claims.main(args + ["--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert "1 to copy from claims.json, 1 to do" in out
-    assert "copy   standin-mixcse-lam0.2-s0-n250-test-fp32" in out and "to do  standin-mixcse-lam0.2-s0-n31-b512" in out
-    assert not results.exists()
-    assert claims.main(args) == 0 and trained == ["standin-mixcse-lam0.2-s0-n31-b512-test-fp32"]
-    data = json.loads(results.read_text())
-    assert [r.get("reused_from") for r in data["runs"]] == ["claims.json", None]
-    assert [r["sts_avg_minus_batch64"] for r in data["summary"]] == [[], [pytest.approx(1.0)]]
-    assert data["settings"]["batch_sizes"] == [64, 512] and data["settings"]["precision"] == "fp32"
-    capsys.readouterr()
-    assert claims.main(args) == 0 and len(trained) == 1  # all recorded: nothing trains again; the summary printed
-    out = capsys.readouterr().out
-    assert "standin MixCSE fp32 batch 512, 31 steps: STS avg 28.00 (n=1), minus batch 64 +1.00" in out
-    with pytest.raises(SystemExit):  # the claims table's file is not a batch-size results file
-        claims.main(study + ["--results", str(source), "--reuse-from", str(source)])
-    assert "are the same file" in capsys.readouterr().err and len(json.loads(source.read_text())["runs"]) == 1
+    assert probe["machine"]["cpu"] and probe["date"] and probe["commit"] and probe["precision"] == "auto"
+    assert "6 runs in" in capsys.readouterr().out

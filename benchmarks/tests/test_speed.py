@@ -31,7 +31,9 @@ def test_the_profile_case_writes_the_keys_of_its_committed_json(tmp_path):
     speed.main(["profile", "--quick", "--ops", "--results", str(tmp_path)])
     new = json.loads((tmp_path / "profile_step.json").read_text())
     old = json.loads((COMMITTED / "profile_step.json").read_text())
-    assert set(new) == set(old) - {"adamw"} and set(new["phases"]) == set(old["phases"]) == set(speed.PHASES)
+    assert set(new) == set(old) - {"adamw", "provenance"}  # provenance: a note on a record made before "commit"
+    assert set(new["phases"]) == set(old["phases"]) == set(speed.PHASES)
+    assert new["commit"] and new["machine"]["packages"]["mixcse"]  # every result: its commit and package versions
     assert new["mode"] == "quick" and new["steps"] == 6 and "aten::" in new["top_ops"]
 
 
