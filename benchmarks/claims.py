@@ -277,11 +277,11 @@ def baseline_encoder(name: str, precision: str = "fp32"):
 
 def run_baseline(name: str, eval_precision: str, workers: int = 1) -> dict:
     """Evaluate a BASELINES row (a "-fp32" one in fp32); its record."""
-    from mixcse.evaluation import stsb_dev_spearman
+    from mixcse.evaluation import STSEvaluator
 
     label, bb = report.STARTS[name], BASELINES[name]
     load0, precision = os.getloadavg()[0], "fp32" if name.endswith("-fp32") else eval_precision
-    dev = float(stsb_dev_spearman(baseline_encoder(name), str(DOWNSTREAM)))  # fp32, as the trainer's selection
+    dev = float(STSEvaluator.stsb_dev(DOWNSTREAM)(baseline_encoder(name))["spearman"])  # fp32, as the trainer selects
     fields, secs = evaluate_both_probes(baseline_encoder(name, precision), precision, workers, TASKS,
                                         CACHE / "baselines" / name / EMBEDDINGS_DIR)
     return {"name": name, "label": label, "backbone": bb, "mode": MODE, "eval_precision": precision,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from benchmarks.common import (BOLD_RULE, REPO, RESULTS, by_kind, caption, kind_of, pyplot, results_table, value,
                                versus)
-from mixcse.utils.tables import STS_TASKS, TRANSFER_TASKS
-from mixcse.utils.tables import label as task_label
+from mixcse.evaluation.tasks import STS_TASKS, TRANSFER_TASKS
+from mixcse.evaluation.tasks import label as task_label
 
 DOCS = REPO / "docs"
 TABLE, FP32, BATCH = "paper_claims.json", "paper_claims_fp32.json", "batch_size.json"

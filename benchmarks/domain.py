@@ -49,10 +49,6 @@ DEFAULTS = {"max_steps": 200, "batch_size": 64, "learning_rate": 1e-5, "max_seq_
             "eval_steps": 50}
 
 
-def block(name: str) -> tuple[str, str]:
-    return f"<!-- begin generated:{name} (python -m benchmarks.report) -->", f"<!-- end generated:{name} -->"
-
-
 # ------------------------------------------------------------------------------------------------ the harness
 def run_missing(todo: list[tuple[str, object]], records: list[dict], train, save) -> None:
     """``train(run, folder)`` for each (key, run) of ``todo`` that no record's ``key`` names; each new record is saved
@@ -374,7 +370,7 @@ def similarity(args) -> None:
         run_missing([(similarity_key(*run), run) for run in todo], results["sweep" if args.grid else "runs"],
                     lambda run, out: similarity_isolated(run, out, args.in_process), save)
     for name, (page, render) in BLOCKS.items():
-        common.write_block(args.docs / Path(page).name, render(results), *block(name))
+        common.write_block(args.docs / Path(page).name, render(results), *common.block_markers(name))
     if results["runs"]:
         plot_similarity(results, args.docs / "similarity_adaptation.png")
     print(render_decision(results))

@@ -32,7 +32,7 @@ import yaml
 
 from benchmarks import common
 from benchmarks.common import CORPUS, DOWNSTREAM, STAND_IN, interleaved, paired_ratios, read_corpus, summarise
-from mixcse.data.loader import BatchPlan, open_corpus
+from mixcse.data.loader import BatchPlan, CorpusLoader
 from mixcse.data.memory import TokenizedCorpus
 from mixcse.data.reader import iter_lines
 from mixcse.evaluation import evaluate
@@ -48,7 +48,7 @@ from mixcse.training.config import TrainConfig, build_config
 from mixcse.training.distributed import DistContext, init_from_env
 from mixcse.training.rundir import MetricsLog
 from mixcse.training.step import make_step
-from mixcse.utils.tables import STS_TASKS, TRANSFER_TASKS
+from mixcse.evaluation.tasks import STS_TASKS, TRANSFER_TASKS
 
 CASES: dict[str, tuple[Callable, dict]] = {}
 MAX_LEN = 32  # every CPU step case: the stand-in at length 32
@@ -616,10 +616,10 @@ def corpus_child(train_file: str, corpus: str, workdir: str) -> dict:
     if corpus == "disk":
         tokenizer, cfg = load_backbone(str(STAND_IN))[1], TrainConfig(output_dir="-", **values)
         t0 = time.perf_counter()
-        built, _ = open_corpus(cfg, tokenizer, progress=False)
+        built, _ = CorpusLoader(cfg).open(tokenizer, progress=False)
         record["build_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        open_corpus(cfg, tokenizer, progress=False)
+        CorpusLoader(cfg).open(tokenizer, progress=False)
         record.update(reopen_s=time.perf_counter() - t0, sequences=len(built), tokens=built.stats["tokens"]["tokens"],
                       tokenise_sentences_per_second=len(built) / record["build_s"])
         del built, tokenizer

@@ -107,7 +107,7 @@ def test_a_baseline_records_both_probes_from_one_embedding_cache(monkeypatch, tm
 
     monkeypatch.setattr(claims, "CACHE", tmp_path)
     monkeypatch.setattr(claims, "baseline_encoder", lambda name, precision="fp32": loaded.append(precision) or name)
-    monkeypatch.setattr(mixcse.evaluation, "stsb_dev_spearman", lambda enc, data_dir: 80.0)
+    monkeypatch.setattr(mixcse.evaluation.STSEvaluator, "__call__", lambda self, enc, **kw: {"spearman": 80.0})
     monkeypatch.setattr(claims, "evaluate_timed", evaluate_timed)
     out = claims.run_baseline("minilm-raw", "bf16", workers=2)
     assert loaded == ["fp32", "bf16"]  # STS-B dev in fp32, as the trainer selects; the evaluation in bf16

@@ -82,7 +82,7 @@ def test_similarity_compare_and_sweep_share_the_cache_and_the_report(tiny_simila
     assert "### Trained on products" in report and "### Trained on medical" in report
     assert "| mnrl (batch_size=8" in report and "### Exploration (single seeds)" in report
     decision = (docs / "domain-adaptation.md").read_text()
-    start, end = domain.block("domain-decision")
+    start, end = common.block_markers("domain-decision")
     assert decision.index(start) < decision.index("**products**") < decision.index("**medical**") < decision.index(end)
     assert "| start model (all-MiniLM-L6-v2) | – |" in decision
     assert (docs / "similarity_adaptation.png").exists()
