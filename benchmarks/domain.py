@@ -9,8 +9,8 @@ sentence-transformers' own trainers, and the main job timed.
 
 Domains: product-offer titles (WDC; select on dev pairs, report test AP) and patient questions (MQP; the same, and
 MEDIQA RQE as an outside check). Every run is scored on both domains' pairs, RQE and STS-B test. Outputs:
-benchmarks/results/{similarity_adaptation,main_job}.json, the generated blocks of docs/domain-adaptation.md and
-docs/similarity_adaptation_results.md (+ .png). The results JSON is the run cache: a recorded run is never trained
+benchmarks/results/{similarity_adaptation,main_job}.json and the generated blocks of docs/domain-adaptation.md,
+docs/similarity_adaptation_results.md and the README. The results JSON is the run cache: a recorded run is never trained
 again, each finished run is written at once, and a mixcse run cut off mid-training continues from its checkpoint in
 benchmarks/cache/domain/ (mixcse's resume is exact).
 """
@@ -54,14 +54,12 @@ def run_missing(todo: list[tuple[str, object]], records: list[dict], train, save
     """``train(run, folder)`` for each (key, run) of ``todo`` that no record's ``key`` names; each new record is saved
     at once. ``folder`` is the run's own under CACHE: where a run cut off mid-training left its checkpoint."""
     done = {record["key"] for record in records}
-    for key, run in todo:
-        if key in done:
-            continue
-        t0 = time.perf_counter()
-        records.append(train(run, CACHE / key.replace("|", "_")))
+    for key, run in ((k, r) for k, r in todo if k not in done):
+        t0, folder = time.perf_counter(), CACHE / key.replace("|", "_")
+        records.append(train(run, folder))
         done.add(key)
         save()
-        shutil.rmtree(CACHE / key.replace("|", "_") / "checkpoint", ignore_errors=True)  # best/ stays
+        shutil.rmtree(folder / "checkpoint", ignore_errors=True)  # best/ stays
         print(f"{key}: done in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
@@ -98,8 +96,7 @@ def paired(a: dict, b: dict | float) -> dict | None:
     return {"mean": mean, "std": std, "n": n, "wins": sum(d > 0 for d in diffs), "p": common.t_test_p(diffs)}
 
 
-def fmt(ms: tuple) -> str:
-    """mean ± std of a ``common.mean_std`` (the std left out when there is none)."""
+def fmt(ms: tuple) -> str:  # mean ± std of a ``common.mean_std`` (the std left out when there is none)
     return "–" if ms[0] is None else f"{ms[0]:.2f}" + ("" if ms[1] is None else f" ± {ms[1]:.2f}")
 
 
@@ -113,11 +110,11 @@ def fmt_diff(d: dict | None, rule: float = 0.05) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ similarity
-def settings_key(settings: dict) -> str:
+def settings_key(settings: dict) -> str:  # the settings that differ from DEFAULTS, or "recipe"
     return ",".join(f"{k}={settings[k]}" for k in sorted(settings) if DEFAULTS.get(k) != settings[k]) or "recipe"
 
 
-def similarity_key(domain: str, method: str, settings: dict, seed: int) -> str:
+def similarity_key(domain: str, method: str, settings: dict, seed: int) -> str:  # a record's key: its run
     return f"{domain}|{method}|{settings_key(settings)}|seed{seed}"
 
 
@@ -222,9 +219,8 @@ def similarity_run(domain: str, method: str, settings: dict, seed: int, out: Pat
               "key": similarity_key(domain, method, settings, seed), **similarity_scores(out / "best"),
               "best_step": best_step, "seconds": round(time.perf_counter() - t0, 1),
               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
-    summary = out / "summary.json"
-    if method in MIXCSE_METHODS and summary.is_file():
-        record["best_alpha"] = json.loads(summary.read_text()).get("best_alpha", 1.0)
+    if method in MIXCSE_METHODS and (out / "summary.json").is_file():
+        record["best_alpha"] = json.loads((out / "summary.json").read_text()).get("best_alpha", 1.0)
     if gpu:
         record["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     cpu = f"{common.cpu_model()} ({os.cpu_count()} vCPU), {'bf16 autocast' if cpu_supports_bf16() else 'fp32'}"
@@ -281,6 +277,13 @@ def similarity_rows(results: dict, domain: str) -> list[dict]:
     return rows
 
 
+def main_machine(rows: list[dict]) -> list[dict]:
+    """The rows of the machine that ran the most 3-seed rows: the tables users read (the others are on the page of
+    every run)."""
+    full = [r["machine"] for r in rows if r["seeds"] >= 3]
+    return [r for r in rows if r["machine"] == max(set(full), key=full.count)] if full else rows
+
+
 def render_decision(results: dict | None = None) -> str:
     """The decision table of docs/domain-adaptation.md: per domain, the start model first, then every row's test AP
     and its paired differences, and the outside checks."""
@@ -289,7 +292,7 @@ def render_decision(results: dict | None = None) -> str:
     results = results or json.loads((common.RESULTS / "similarity_adaptation.json").read_text())
     zs, out = results["zero_shot"], []
     for domain in DOMAINS:
-        rows, test = similarity_rows(results, domain), DOMAINS[domain]["test"] + "_ap"
+        rows, test = main_machine(similarity_rows(results, domain)), DOMAINS[domain]["test"] + "_ap"
         if not rows:
             continue
         table = [["start model (all-MiniLM-L6-v2)", "–", f"{zs[test]:.2f}", "–", "–", f"{zs['rqe_test_ap']:.2f}",
@@ -300,7 +303,8 @@ def render_decision(results: dict | None = None) -> str:
                 *markdown_table(["row", "n", "test AP", "vs start", "vs SimCSE (paired by seed)", "RQE test AP",
                                  "STS-B test", "machine"], table), ""]
     return "\n".join(out + ["n: seeds; mean ± std over seeds; differences paired by seed: mean ± std, seeds ahead, "
-                            "two-sided t-test p; bold where p < 0.05. Rows never pool machines."])
+                            "two-sided t-test p; bold where p < 0.05. Rows never pool machines; the rows of other "
+                            "machines are on the page of every run."])
 
 
 def render_runs(results: dict | None = None) -> str:
@@ -325,29 +329,36 @@ def render_runs(results: dict | None = None) -> str:
     return "\n".join(text)
 
 
+def render_readme_domain() -> str:
+    """The README's table: per domain the start model, the SimCSE and MixCSE recipes and the field's baselines."""
+    from mixcse.utils.tables import markdown_table
+
+    results, table = json.loads((common.RESULTS / "similarity_adaptation.json").read_text()), []
+    for domain in DOMAINS:
+        test, zs = DOMAINS[domain]["test"] + "_ap", results["zero_shot"]
+        table.append([domain, "start model", "–", f"{zs[test]:.2f}", "–", "–", f"{zs['rqe_test_ap']:.2f}",
+                      f"{zs['stsb_test']:.2f}"])
+        table += [[domain, r["label"], str(r["seeds"]), fmt(r[test]), fmt_diff(r["vs_start"]),
+                   fmt_diff(r.get("vs_simcse")), fmt(r["rqe_test_ap"]), fmt(r["stsb_test"])]
+                  for r in main_machine(similarity_rows(results, domain)) if r["seeds"] >= 3]
+    return "\n".join(markdown_table(["trained on", "row", "n", "test AP", "vs start", "vs SimCSE", "RQE test AP",
+                                      "STS-B test"], table))
+
+
+def render_main_job() -> str:
+    """The README's sentence on the main job, from benchmarks/results/main_job.json."""
+    job = json.loads((common.RESULTS / "main_job.json").read_text())
+    s, guard = job["summary"], job["summary"].get("guard") or {}
+    test = next(iter(s["test_pairs"].values()))
+    return (f"Measured once ({job['machine']['cpu']}, {job['date'][:10]}, `benchmarks/results/main_job.json`): dev "
+            f"AP {s['raw_dev']:.2f} → {s['best_dev']:.2f} (step {s['best_step']}), held-out test AP "
+            f"{test['start']:.2f} → {test['best']:.2f}, guard STS-B dev {guard.get('start', float('nan')):.2f} → "
+            f"{guard.get('best', float('nan')):.2f}, in {job['wall_seconds']:.0f} s wall.")
+
+
 BLOCKS = {"domain-decision": ("docs/domain-adaptation.md", render_decision),
-          "similarity-runs": ("docs/similarity_adaptation_results.md", render_runs)}
-
-
-def plot_similarity(results: dict, path: Path) -> None:
-    plt = common.pyplot()
-    fig, axes = plt.subplots(1, len(DOMAINS), figsize=(11, 3.8))
-    for ax, domain in zip(axes, DOMAINS):
-        test = DOMAINS[domain]["test"] + "_ap"
-        runs = [r for r in results["runs"] if r.get("domain", "medical") == domain]
-        rows, zero = similarity_rows(results, domain), results["zero_shot"][test]
-        for i, row in enumerate(rows):
-            ax.bar(i, row[test][0], color="#4c72b0" if row["label"].split()[0] in MIXCSE_METHODS else "#999999")
-            ax.plot([i] * row["seeds"], [r[test] for r in runs if row_label(domain, r["method"], r["settings"])
-                                         == row["label"] and r["machine"] == row["machine"]], "k.", ms=4)
-        ax.axhline(zero, color="#c44e52", ls="--", label="start model")
-        ax.set_xticks(range(len(rows)), [r["label"].split(" (")[0] for r in rows], rotation=30, ha="right")
-        ax.set_ylim(min([r[test] for r in runs] + [zero]) - 1, None)
-        ax.set(ylabel=f"{domain} test AP (x100)", title=f"trained on {domain} (bars: mean; dots: seeds)")
-        ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+          "similarity-runs": ("docs/similarity_adaptation_results.md", render_runs),
+          "main-job": ("README.md", render_main_job), "readme-domain": ("README.md", render_readme_domain)}
 
 
 def similarity(args) -> None:
@@ -369,10 +380,9 @@ def similarity(args) -> None:
         todo = [(args.domain, m, {**base, **g}, s) for g in grid for m in args.methods for s in args.seeds]
         run_missing([(similarity_key(*run), run) for run in todo], results["sweep" if args.grid else "runs"],
                     lambda run, out: similarity_isolated(run, out, args.in_process), save)
-    for name, (page, render) in BLOCKS.items():
+    for name in ("domain-decision", "similarity-runs"):
+        page, render = BLOCKS[name]
         common.write_block(args.docs / Path(page).name, render(results), *common.block_markers(name))
-    if results["runs"]:
-        plot_similarity(results, args.docs / "similarity_adaptation.png")
     print(render_decision(results))
 
 

@@ -51,6 +51,12 @@ CASES = [
     ("train {recipe} select_on=retrieval select_data={tmp}/nowhere", "select_data not found"),
     ("train {recipe} select_on=retrieval select_data={tmp} select_split=test", "select_split test is refused"),
     ("train {recipe} select_on=pairs select_data={tmp}/empty.txt", "no pairs"),
+    ("train {recipe} select_on=pairs select_data={tmp}/ones.tsv", "only one label value"),
+    ("train {recipe} guard_data={tmp}/nowhere.tsv", "guard_data not found"),
+    ("train {recipe} guard_data={tmp}/ones.tsv", "only one label value"),
+    ("train {recipe} max_seq_length=100000", "max_seq_length 100000 exceeds the 128 positions"),
+    ("train {recipe} interpolate=[0.5,-2]", "interpolate must list blend weights > 0"),
+    ("train {recipe} positives=mined corpus=disk", "positives mined needs corpus: memory"),
     ("train {recipe} select_on=bleu", "select_on must be one of"),
     ("train {recipe} data_dir={tmp}/nowhere", "no STS-B dev file"),
     ("train {recipe} report_to=mlflow", "report_to must be"),
@@ -59,7 +65,7 @@ CASES = [
     ("train {recipe} mini_batch_size=0", "'mini_batch_size' must be >= 1"),
     ("train {recipe} corpus=mmap", "corpus must be one of memory, disk"),
     ("train {recipe} positives=next", "positives must be one of dropout, neighbours, title"),
-    ("train {recipe} positives=title corpus=disk", "need corpus: memory"),
+    ("train {recipe} positives=title corpus=disk", "needs corpus: memory"),
     ("train {recipe} positives=title", "needs documents with a title"),
     ("train {recipe} batch_size=16 mini_batch_size=5", "mini_batch_size 5 does not divide batch_size 16"),
     ("train {recipe} max_steps=0", "'max_steps' must be >= 1"),
@@ -100,6 +106,7 @@ CASES = [
     ("eval {model} --tasks retrieval --retrieval-data {tmp}", "no qrels for split 'test'"),
     ("eval {model} --tasks retrieval --retrieval-data {tmp}/nowhere", "not found"),
     ("eval {model} --tasks ,", "no tasks given"),
+    ("eval {model} --tasks pairs --pairs-data {tmp}/ones.tsv", "only one label value"),
     ("eval {model} --batch-size -1", "--batch-size must be at least 1"),
     ("eval {model} --batch-size abc", "invalid int value: 'abc'"),
     ("eval {model} --workers 0", "--workers must be at least 1"),
@@ -196,6 +203,7 @@ def bad_files(tmp_path_factory, tiny_bert, synthetic_data) -> Path:
     (tmp / "broken.yaml").write_text("model: x\n  bad: [\n")
     (tmp / "binary.yaml").write_bytes(b"\xff\xfe\x00model")
     (tmp / "empty.txt").write_text("")
+    (tmp / "ones.tsv").write_text("sentence1\tsentence2\tlabel\na b\ta c\t1\nd e\td f\t1\n")
     (tmp / "bad.jsonl").write_text('{"_id": "1", "text": "a fine document here"}\n{"_id": "2", "text": \n')
     (tmp / "not-a-model").mkdir()
     (tmp / "not-a-model" / "notes.json").write_text("{}")

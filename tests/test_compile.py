@@ -48,6 +48,6 @@ def test_compiled_step_equals_eager(bert_without_dropout):
     compiled_losses, _, compiled_weights = run(bert_without_dropout, compile=True)
     assert compiled_losses == pytest.approx(eager_losses, rel=1e-5)
     moved = max((eager_weights[name] - w).abs().max().item() for name, w in start.items())
-    assert moved > 1e-3  # the steps did change the model, so equal weights mean equal updates
+    assert moved > 1e-4  # the steps did change the model (float noise is ~1e-7), so equal weights mean equal updates
     for name, w in eager_weights.items():
         torch.testing.assert_close(compiled_weights[name], w, rtol=1e-5, atol=1e-6, msg=name)

@@ -58,7 +58,7 @@ def test_title_pairs_skip_untitled_documents(docs, tmp_path):
 
 
 def test_disk_corpus_with_pairs_is_refused():
-    with pytest.raises(ConfigError, match="need corpus: memory"):
+    with pytest.raises(ConfigError, match="needs corpus: memory"):
         TrainConfig(model="m", train_file="f", output_dir="o", positives="title", corpus="disk").validate()
 
 

@@ -78,7 +78,7 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, synthetic_da
     mixcse.train(tiny_config(tiny_bert, synthetic_data, full, **cfg))
 
     killed = tmp_path / "killed"
-    with interrupted_at_call(step, "contrastive_loss", 8):  # dies inside step 8, after the checkpoint at step 6
+    with interrupted_at_call(step, "training_loss", 8):  # dies inside step 8, after the checkpoint at step 6
         mixcse.train(tiny_config(tiny_bert, synthetic_data, killed, **cfg))
     assert _weights(killed)["state"]["step"] == 6
     mixcse.train(tiny_config(tiny_bert, synthetic_data, killed, **cfg), resume=True)
@@ -124,14 +124,14 @@ def test_cli_bad_input_is_one_line_and_nonzero(tiny_bert, synthetic_data, tmp_pa
 
 
 def test_non_finite_loss_stops_with_a_clear_error(tiny_bert, synthetic_data, tmp_path, capsys, monkeypatch):
-    real_loss = step.contrastive_loss
+    real_loss = step.training_loss
 
     def nan_loss(*args, **kwargs):
         out = real_loss(*args, **kwargs)
         out.loss = out.loss * float("nan")
         return out
 
-    monkeypatch.setattr(step, "contrastive_loss", nan_loss)
+    monkeypatch.setattr(step, "training_loss", nan_loss)
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump(tiny_config(tiny_bert, synthetic_data, tmp_path / "out")))
     code, err = run_cli(["train", str(recipe)], capsys)
@@ -140,7 +140,7 @@ def test_non_finite_loss_stops_with_a_clear_error(tiny_bert, synthetic_data, tmp
 
 def test_a_loss_gone_non_finite_between_log_steps_never_replaces_the_checkpoint(tiny_bert, synthetic_data,
                                                                                  tmp_path, monkeypatch):
-    real_loss, calls = step.contrastive_loss, []
+    real_loss, calls = step.training_loss, []
 
     def nan_from_step_3(*args, **kwargs):
         out = real_loss(*args, **kwargs)
@@ -149,7 +149,7 @@ def test_a_loss_gone_non_finite_between_log_steps_never_replaces_the_checkpoint(
             out.loss = out.loss * float("nan")
         return out
 
-    monkeypatch.setattr(step, "contrastive_loss", nan_from_step_3)
+    monkeypatch.setattr(step, "training_loss", nan_from_step_3)
     out = tmp_path / "out"  # checkpoints at steps 2 and 4, a log line only at 8: the NaN of step 3 shows at 4
     cfg = tiny_config(tiny_bert, synthetic_data, out, log_steps=8, save_steps=2, eval_steps=8)
     with pytest.raises(mixcse.MixCSEError, match="non-finite loss .* at step 4"):

@@ -85,7 +85,6 @@ def test_similarity_compare_and_sweep_share_the_cache_and_the_report(tiny_simila
     start, end = common.block_markers("domain-decision")
     assert decision.index(start) < decision.index("**products**") < decision.index("**medical**") < decision.index(end)
     assert "| start model (all-MiniLM-L6-v2) | – |" in decision
-    assert (docs / "similarity_adaptation.png").exists()
 
 
 def test_a_mixcse_run_cut_off_mid_training_resumes_from_its_checkpoint_and_records_what_an_uninterrupted_run_does(

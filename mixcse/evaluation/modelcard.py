@@ -371,12 +371,12 @@ def _candidates(summary: dict, metric: str) -> list[str]:
     if guard:
         refused = len(guard.get("refused") or [])
         lines += [f"Forgetting guard: `{guard.get('metric')}` ({guard.get('description', guard.get('data'))}); a "
-                  f"candidate more than {guard.get('tolerance')} points below the start model's "
-                  f"{number(guard.get('start'))} is refused ({refused} refused). The selected model scores "
-                  f"{number(guard.get('best'))}.", ""]
+                  f"candidate that would have been kept but scores more than {guard.get('tolerance')} points below "
+                  f"the start model's {number(guard.get('start'))} is refused ({refused} refused; the guard is "
+                  f"asked only of such candidates). The selected model scores {number(guard.get('best'))}.", ""]
     header = ["step", "blend weight", f"`{metric}`"] + (["guard", "accepted"] if guard else [])
     rows = [[str(c.get("step")), f"{c.get('alpha', 1.0):g}", number(c.get("score"))]
-            + ([number(c.get("guard")), "yes" if c.get("accepted") else "refused"] if guard else [])
+            + ([number(c.get("guard")), {True: "yes", False: "refused"}.get(c.get("accepted"), "–")] if guard else [])
             for c in candidates]
     return lines + ["Candidates (a blend weight a is (1 - a) x the start model + a x the checkpoint):", ""] + \
         markdown_table(header, rows, centred=True) + [""]

@@ -145,6 +145,14 @@ class SentenceEncoder(EncoderMethods):
         """Whether a sentence's embedding depends only on its padded width, not on its batch-mates or the batch
         size, here: one of `encode`'s batches against the same rows reversed, in batches of a different size, and
         the shortest sentence alone against copies of it in one batch."""
+        was_training = self.encoder.training
+        self.encoder.eval()  # the kernels are asked, not dropout: no masks drawn, no random state used
+        try:
+            return self._rows_are_independent(sentences, batch_size)
+        finally:
+            self.encoder.train(was_training)
+
+    def _rows_are_independent(self, sentences: list[str], batch_size: int) -> bool:
         ids = self.tokenizer(list(sentences[:batch_size]), truncation=True, max_length=self.max_seq_length)["input_ids"]
         width = max(len(x) for x in ids)
         whole = self._forward(ids, width)

@@ -83,7 +83,7 @@ class TrainConfig:
     distill_weight: float | None = None  # weight of KL(start model || student) of the in-batch similarities
     # checkpoint selection (mixcse/evaluation/selection.py): the start model (step 0) is always a candidate
     select_on: str = "stsb_dev"  # stsb_dev | retrieval | pairs | none
-    data_dir: str | None = None  # SentEval layout, for select_on stsb_dev (None: $MIXCSE_DATA, ./data, ../shared)
+    data_dir: str | None = None  # SentEval layout, for stsb_dev (None: $MIXCSE_DATA, ./data, ~/.cache/mixcse/data)
     select_data: str | None = None  # retrieval: a BEIR folder; pairs: a .tsv/.csv of sentence1, sentence2, score
     select_split: str = "train"  # retrieval: the qrels split to select on (never test)
     select_docs: int | None = None  # retrieval: distractor documents in the selection sub-corpus (None: default)

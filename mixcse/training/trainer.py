@@ -171,7 +171,10 @@ class Run:
             cfg.select_on, data_dir=cfg.data_dir, select_data=cfg.select_data, select_split=cfg.select_split,
             analysis=cfg.analysis_at_eval, select_docs=cfg.select_docs)
         self.held_out = PairsEvaluator(cfg.test_pairs) if cfg.test_pairs and ctx.is_main else None
-        self.guard = build_guard(cfg.guard_data, data_dir=cfg.data_dir) if cfg.guard_data and self.selector else None
+        self.guard = build_guard(cfg.guard_data, data_dir=cfg.data_dir) if cfg.guard_data else None
+        if self.guard is not None and self.selector is None:
+            raise ConfigError(f"guard_data guards checkpoint selection, and this run selects nothing "
+                              f"({self.no_selection_note or 'select_on: none'})")
         description = self._load_model_and_corpus(progress)
         if ckpt is not None and self.total_steps < ckpt["state"]["step"]:
             raise ConfigError(f"--resume: the checkpoint is at step {ckpt['state']['step']}, beyond the "
@@ -430,8 +433,9 @@ class Run:
 
     def evaluate(self, step: int) -> bool:
         """Score this evaluation's candidates -- the model, and with ``interpolate`` its blends with the start model
-        -- on the selector's data and the guard's; keep the best candidate the guard accepts in best/ when it beats
-        every earlier one, the start model (step 0) included. Returns True when early stopping says stop."""
+        -- on the selector's data; a candidate that beats every earlier one (the start model, step 0, included) is
+        kept in best/ unless the guard, asked then, finds it more than ``guard_tolerance`` below the start model.
+        Returns True when early stopping says stop."""
         ctx, state = self.ctx, self.state
         with _random_state_kept():  # scoring never moves the dropout masks of the steps that follow
             decided = self._candidates(step) if ctx.is_main else None
@@ -464,11 +468,12 @@ class Run:
                     checkpoint = checkpoint or {k: v.detach().clone() for k, v in self.encoder.state_dict().items()}
                     self.encoder.load_state_dict(blend(self.start_state, checkpoint, alpha))
                 score, extras = self._score(selector, self.inference)
-                guarded = self._score(guard, self.inference)[0] if guard is not None else None
+                wins = new["best_step"] is None or better(score, new["best_dev"], selector.greater_is_better)
+                # the guard is asked only of a candidate that would be kept (and of the start model)
+                guarded = self._score(guard, self.inference)[0] if guard is not None and wins else None
                 if step == 0:
                     new.update(raw_dev=score, guard_start=guarded)
                 accepted = self._guard_accepts(guarded, new["guard_start"])
-                wins = new["best_step"] is None or better(score, new["best_dev"], selector.greater_is_better)
                 if accepted and wins:
                     new.update(best_dev=score, best_step=step, best_alpha=alpha, guard_best=guarded)
                     improved = True
@@ -478,7 +483,7 @@ class Run:
                           "best_step": new["best_step"], **extras}
                 if alpha != 1.0:
                     record["alpha"] = alpha
-                if guard is not None:
+                if guarded is not None:
                     candidate.update(guard=guarded, accepted=accepted)
                     record.update(guard=guarded, guard_accepted=accepted)
                 new["candidates"].append(candidate)
