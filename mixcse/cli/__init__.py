@@ -1,7 +1,8 @@
 """``mixcse`` command line: train | eval | data | encode | search | export, one module per verb.
 
     train.py    mixcse train (the run report)          eval.py     mixcse eval, mixcse data download
-    encode.py   mixcse encode, mixcse search           export.py   mixcse export
+    encode.py   mixcse encode (and the model options   search.py   mixcse search
+                encode, search and eval share)         export.py   mixcse export
 
 A bad command line or input is one ``error:`` line and exit 2. May import every other part of mixcse; nothing in
 mixcse imports it.
@@ -27,9 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     # Imported unconditionally: a broken import must surface as itself, not as "invalid choice: eval".
-    from mixcse.cli.encode import add_encode_arguments, add_search_arguments, run_encode, run_search
+    from mixcse.cli.encode import add_encode_arguments, run_encode
     from mixcse.cli.eval import add_data_arguments, add_eval_arguments, run_data, run_eval
     from mixcse.cli.export import add_export_arguments, run_export
+    from mixcse.cli.search import add_search_arguments, run_search
     from mixcse.cli.train import add_train_arguments, run_train
 
     for name, help_text, add_arguments, run in (
