@@ -577,7 +577,8 @@ def bf16_eval(args) -> None:
     save(args, "bf16_eval", {"model": "all-MiniLM-L6-v2", "threads": THREADS, "workers": 2, "code":
                              common.code_version(), "cosine_bf16_to_fp32": {"min": float(cos.min()), "mean": float(
                                  cos.mean()), "sentences": len(sentences)}, "runs": runs})
-    write_docs(args, "bf16")
+    if {"fp32", "bf16"} <= set(runs):
+        write_docs(args, "bf16")
 
 
 def render_roofline(record: dict) -> str:
