@@ -154,8 +154,8 @@ def _check_graph(backbone, tokenizer, names: list[str], path: Path) -> float:
 
 def fuse_graph(source: Path, target: Path) -> dict[str, int]:
     """``source`` with onnxruntime's fused operators (Attention, SkipLayerNormalization, BiasGelu, ...), written to
-    ``target``; returns how many of each operator the fused graph has. The rewrite rules are onnxscript's for onnxruntime
-    (``onnxscript.rewriter.ort_fusions``), made for the graphs of the dynamo exporter: onnxruntime's own
+    ``target``; returns how many of each operator the fused graph has. The rewrite rules are onnxscript's for
+    onnxruntime (``onnxscript.rewriter.ort_fusions``), made for the graphs of the dynamo exporter: onnxruntime's own
     ``transformers.optimizer`` fuses their layer norms and GELUs but not their attention."""
     import onnx_ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort

@@ -58,9 +58,9 @@ class SentenceEncoder(EncoderBase):
     def load(cls, name_or_path: str | os.PathLike, *, pooler: str | None = None, device: str | None = None,
              trust_remote_code: bool = False, precision: str = "fp32", backend: str = "torch",
              threads: int | None = None):
-        """A `SentenceEncoder` (``backend="torch"``), or with ``backend="onnx"`` an
-        `mixcse.models.onnx_backend.OnnxSentenceEncoder` (same interface, onnxruntime on the folder's ``onnx/model.onnx``
-        written by ``mixcse export``; ``precision="int8"`` takes ``onnx/model_qint8.onnx``): `open_encoder`."""
+        """A `SentenceEncoder` (``backend="torch"``), or with ``backend="onnx"`` an `OnnxSentenceEncoder` (same
+        interface, onnxruntime on the folder's ``onnx/model.onnx`` written by ``mixcse export``; ``precision="int8"``
+        takes ``onnx/model_qint8.onnx``): `mixcse.models.inference.open_encoder`, the one backend dispatch."""
         return open_encoder(name_or_path, backend=backend, pooler=pooler, precision=precision, device=device,
                             threads=threads, trust_remote_code=trust_remote_code)
 
