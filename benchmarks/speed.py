@@ -1,4 +1,4 @@
-"""Speed and memory of mixcse: the training step, big batches, large corpora, evaluation and the ONNX export.
+"""Speed and memory of mixcse: the training step, big batches, large corpora, evaluation and inference.
 
 ``python -m benchmarks.speed CASE`` (``--help`` lists the cases, ``CASE --help`` their options): each prints its
 figures and writes benchmarks/results/NAME.json (``--results DIR`` elsewhere, ``--no-write`` nowhere); methods and
@@ -21,10 +21,8 @@ import tempfile
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
-from importlib.metadata import version
 from pathlib import Path
 from typing import Callable
-from unittest import mock
 
 import numpy as np
 import torch
@@ -39,14 +37,12 @@ from mixcse.evaluation import evaluate
 from mixcse.evaluation import senteval as D
 from mixcse.evaluation.sts import row_cosine
 from mixcse.models.export import export_onnx, quantize_int8
-from mixcse.losses import PRESETS, contrastive_loss, materialised_mixcse_loss
 from mixcse.models.encoder import load_backbone
-from mixcse.models.onnx_backend import OnnxSentenceEncoder, open_graph
-from mixcse.models.sentence_encoder import SentenceEncoder
+from mixcse.models.inference import open_encoder
+from mixcse.models.onnx_backend import open_graph
 from mixcse.training import trainer
 from mixcse.training.config import TrainConfig, build_config
 from mixcse.training.distributed import DistContext, init_from_env
-from mixcse.training.rundir import MetricsLog
 from mixcse.training.step import make_step
 from mixcse.evaluation.tasks import STS_TASKS, TRANSFER_TASKS
 
@@ -133,67 +129,6 @@ def st_model():
     return SentenceTransformer(modules=[backbone, Pooling(backbone.get_embedding_dimension(), "cls")], device="cpu")
 
 
-@case("mixing", rounds=dict(type=positive, help="step rounds (default 20)"),
-      quick="2 step rounds; the loss at N = 64, 256, 1024, timed to 256")
-def mixing(args) -> None:
-    """MixCSE vs SimCSE: step time (target <= 1.05x) and loss memory (target >= 100x less at N = 1024)."""
-    t0 = time.perf_counter()
-    rounds = args.rounds or (2 if args.quick else 20)
-    meter_mb = common.check_peak_meter()
-    torch.set_num_threads(1)  # the loss's small N x N kernels: thread wake-ups dominate on a shared machine
-    loss = {str(n): loss_size(n, 768, 2 if args.quick else 5, timed=not args.quick or n <= 256)
-            for n in ([64, 256, 1024] if args.quick else [64, 128, 256, 512, 1024])}
-    steps = recipe_steps({n: {"objective": PRESETS[n]} for n in ("simcse", "mixcse")}, max_grad_norm=None)
-    step = {"batch_shape": [128, MAX_LEN], "threads": THREADS, "rounds": rounds, **two_sides(steps, rounds, "ratio")}
-    save(args, "mixing_overhead", {
-        "step_time_ratio": step["ratio"]["median"], "memory_ratio_n1024": loss["1024"]["memory_ratio"],
-        "targets": {"step_time_ratio_max": 1.05, "memory_ratio_n1024_min": 100},
-        "memory_method": "torch.profiler(profile_memory=True) allocator events, running-sum peak", "loss_threads": 1,
-        "peak_meter_selftest_mb": meter_mb, "step": step, "loss": loss, "wall_s": time.perf_counter() - t0})
-
-
-def loss_size(n: int, dim: int, repeats: int, timed: bool) -> dict:
-    """Peak memory, float64 agreement and (``timed``) time of the closed-form and materialised losses at ``n``."""
-    objective, g = PRESETS["mixcse"], torch.Generator().manual_seed(n)
-    # embedding-like views: a shared direction (in-batch cosines ~0.7), content, view noise (positives ~0.96)
-    base1 = 1.5 * torch.randn(1, dim, generator=g) + torch.randn(n, dim, generator=g)
-    base2 = base1 + 0.5 * torch.randn(n, dim, generator=g)
-    z1, z2 = base1.clone().requires_grad_(), base2.clone().requires_grad_()  # inputs exist before the loss
-
-    def run(loss_fn, a=z1, b=z2):
-        a.grad = b.grad = None
-        loss = loss_fn(a, b)
-        loss.backward()
-        return loss.detach(), a.grad, b.grad
-
-    closed = lambda a, b: contrastive_loss(a, b, objective).loss  # noqa: E731
-    materialised = lambda a, b: materialised_mixcse_loss(a, b, objective.lam, objective.temperature)  # noqa: E731
-    peak_closed, res_c = common.peak_cpu_bytes(lambda: run(closed))
-    peak_mat, res_m = common.peak_cpu_bytes(lambda: run(materialised))
-    w1, w2 = base1.double().requires_grad_(), base2.double().requires_grad_()
-    truth = run(closed, w1, w2)
-
-    def rel_errors(res):
-        grad = max(((a.double() - b).abs().max() / b.abs().max()).item() for a, b in zip(res[1:], truth[1:]))
-        return abs(res[0].item() - truth[0].item()) / abs(truth[0].item()), grad
-
-    errors = {"closed_form_fp32": rel_errors(res_c), "materialised_fp32": rel_errors(res_m)}
-    if n <= 256:  # a mathematical identity: equal in float64
-        errors["materialised_fp64_vs_closed_fp64"] = rel_errors(run(materialised, w1, w2))
-    for name, (le, ge) in errors.items():
-        if max(le, ge) > (1e-10 if "fp64" in name else 1e-4):
-            raise SystemExit(f"N={n}: {name} is off the float64 closed form (loss rel err {le:.1e}, grad {ge:.1e})")
-    r = {"closed_form_peak_mb": peak_closed / 1e6, "materialised_peak_mb": peak_mat / 1e6,
-         "memory_ratio": peak_mat / peak_closed,
-         "rel_errors_vs_fp64_closed_form": {k: {"loss": v[0], "grad_max": v[1]} for k, v in errors.items()}}
-    if timed:
-        r.update(two_sides({"closed_form": lambda: run(closed), "materialised": lambda: run(materialised)}, repeats,
-                           "time_ratio_materialised_over_closed", suffix="_s"))
-    print(f"  loss N={n:5d}: peak {r['closed_form_peak_mb']:7.1f} MB closed form vs {r['materialised_peak_mb']:7.1f} "
-          f"MB materialised (x{r['memory_ratio']:.0f})", flush=True)
-    return r
-
-
 @case("compiled")
 def compiled(args) -> None:
     """The compiled CPU step (compile: true: inductor, batches padded to 32) against the eager one, 10 rounds."""
@@ -207,50 +142,6 @@ def compiled(args) -> None:
         "setting": {"model": "stand-in (mini-wiki-mlm)", "batch": 64, "max_seq_length": MAX_LEN,
                     "threads": THREADS, "rounds": rounds},
         "compile_seconds": compile_s, **two_sides(steps, rounds, "compiled_over_eager")})
-
-
-@case("bf16", quick="speed only, 2 rounds")
-def bf16(args) -> None:
-    """bf16 autocast vs fp32 on CPU: step speed and STS-B dev parity."""
-    t0 = time.perf_counter()
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    rounds = 2 if args.quick else 10
-    steps = recipe_steps({p: {"objective": PRESETS["mixcse"], "precision": p} for p in ("bf16", "fp32")})
-    speed = {"rounds": rounds, "threads": THREADS, **two_sides(steps, rounds, "speedup_bf16")}  # fp32 s / bf16 s
-    payload = {"isa": {f: f" {f}" in flags for f in ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f")},
-               "cpu_supports_bf16": trainer.cpu_supports_bf16(),
-               "auto_resolves_to": trainer.resolve_precision("auto", torch.device("cpu")),
-               "speed": speed, "speedup_bf16": speed["speedup_bf16"]["median"]}
-    if not args.quick:
-        payload["quality"] = bf16_quality(125, [42, 43])
-        payload["within_seed_noise"] = payload["quality"]["within_seed_noise"]
-    save(args, "bf16_parity", {**payload, "wall_s": time.perf_counter() - t0})
-
-
-def bf16_quality(steps: int, seeds: list[int]) -> dict:
-    """The recipe cut to ``steps`` in fp32 and bf16 per seed: STS-B dev of the trained models, gap vs seed spread."""
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="mixcse-bf16-") as workdir:
-        for seed in seeds:
-            for precision in ("fp32", "bf16"):
-                cfg = recipe(data_dir=str(DOWNSTREAM), output_dir=f"{workdir}/{precision}-{seed}", max_steps=steps,
-                             eval_steps=steps, seed=seed, precision=precision, num_threads=THREADS)
-                t0 = time.perf_counter()
-                with contextlib.redirect_stdout(io.StringIO()):
-                    result = trainer.train(cfg, overwrite=True, progress=False)
-                # the trained model's score (best_dev may be the start model's, always a candidate)
-                final = [r for r in MetricsLog(Path(result.output_dir) / "metrics.jsonl").records() if "stsb_dev" in r]
-                runs.append({"seed": seed, "precision": precision, "stsb_dev": final[-1]["stsb_dev"],
-                             "raw_dev": result.raw_dev, "train_seconds": result.train_seconds,
-                             "sentences_per_second": result.sentences_per_second, "wall_s": time.perf_counter() - t0})
-                print(f"  seed {seed} {precision}: STS-B dev {runs[-1]['stsb_dev']:.2f}", flush=True)
-    by = {p: [r["stsb_dev"] for r in runs if r["precision"] == p] for p in ("fp32", "bf16")}
-    mean = {p: float(np.mean(v)) for p, v in by.items()}
-    spread, gap = max(max(v) - min(v) for v in by.values()), mean["bf16"] - mean["fp32"]
-    return {"steps": steps, "seeds": seeds, "runs": runs, "mean_dev": mean, "bf16_minus_fp32": gap,
-            "paired_gaps_same_seed": [b - f for f, b in zip(by["fp32"], by["bf16"])],
-            "seed_spread_within_precision": spread, "within_seed_noise": abs(gap) <= spread,
-            "raw_model_dev": next((r["raw_dev"] for r in runs if r["raw_dev"] is not None), None)}
 
 
 PHASES = ["tokenisation (amortised)", "collation (pad + 2 views)", "forward", "loss", "backward", "grad clip",
@@ -388,127 +279,6 @@ def measure_step(step: Callable, n: int) -> dict:
     return {"batch": n, "peak_mb": peak / 1e6, "step_s": seconds, "ms_per_sentence": 1e3 * seconds / n}
 
 
-@case("vs-st", quick="1 round x 2 steps, no warm-up run, no ablation")
-def vs_st(args) -> None:
-    """mixcse vs sentence-transformers on the same SimCSE run: sentences/s (target >= 1.2x)."""
-    quiet()
-    t0 = time.perf_counter()
-    rounds, steps = (1, 2) if args.quick else (8, 10)
-    sides = ["mixcse", "sentence_transformers"] + ([] if args.quick else ["mixcse_one_pass"])
-    runs = {side: [] for side in sides}
-    with tempfile.TemporaryDirectory(prefix="mixcse-vs-st-") as tmp:
-        workdir, train_file = Path(tmp), Path(tmp) / "train.txt"
-        for r in range(0 if args.quick else -1, rounds):  # round -1: the untimed one-step warm-up
-            n = 64 * (steps if r >= 0 else 1)  # every side trains on the same n corpus lines, new ones each round
-            sentences = read_corpus(n, skip=(r + 1) * n)
-            train_file.write_text("\n".join(sentences) + "\n")
-            for side in sides if r % 2 else sides[::-1]:
-                cpu0 = time.process_time()
-                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                    res = (run_peer(sentences, workdir, r + 1) if side == "sentence_transformers"
-                           else run_mixcse(train_file, n // 64, workdir, r + 1, one_pass=side == "mixcse_one_pass"))
-                res.update(process_cpu_s=time.process_time() - cpu0, sentences_per_s=n / res["run_s"],
-                           loop_sentences_per_s=n / res["loop_s"])  # CPU time: all threads, model load included
-                print(f"  round {r + 1} {side:22s} {res['sentences_per_s']:6.1f} sentences/s", flush=True)
-                runs[side] += [res] if r >= 0 else []
-                for sub in ("mixcse", "peer"):
-                    shutil.rmtree(workdir / sub, ignore_errors=True)
-    save(args, "vs_sentence_transformers", {
-        "rounds": rounds, "steps_per_run": steps, "batch_size": 64, "max_seq_length": MAX_LEN, "precision": "fp32",
-        "threads": THREADS, "timing": "model load excluded from both; data prep, tokenisation, trainer set-up, steps "
-                                      "and mixcse's final checkpoint/model writes included",
-        "versions": {name: version(name) for name in ("sentence_transformers", "transformers", "datasets")},
-        "peer_info": runs["sentence_transformers"][0]["info"], **vs_st_summary(runs), "target": 1.2, "raw": runs,
-        "wall_s": time.perf_counter() - t0})
-
-
-def run_peer(sentences: list[str], workdir: Path, seed: int) -> dict:
-    """SentenceTransformerTrainer + MultipleNegativesRankingLoss on ``sentences`` (batch 64), the model load apart."""
-    from datasets import Dataset
-    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-    from transformers import TrainerCallback
-
-    class Clock(TrainerCallback):
-        begin = last = None
-
-        def on_train_begin(self, *args, **kwargs):
-            self.begin = time.perf_counter()
-
-        def on_step_end(self, *args, **kwargs):
-            self.last = time.perf_counter()
-
-    torch.set_num_threads(THREADS)
-    t0 = time.perf_counter()
-    model = st_model()
-    t1 = time.perf_counter()
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(workdir / "peer"), per_device_train_batch_size=64, max_steps=len(sentences) // 64,
-        learning_rate=3e-5, weight_decay=0.0, lr_scheduler_type="linear", max_grad_norm=1.0, logging_steps=10,
-        save_strategy="no", eval_strategy="no", report_to="none", use_cpu=True, bf16=False, fp16=False,
-        disable_tqdm=True, dataloader_drop_last=True, seed=seed)
-    clock = Clock()
-    peer = SentenceTransformerTrainer(model=model, args=args, callbacks=[clock],
-                                      train_dataset=Dataset.from_dict({"anchor": sentences, "positive": sentences}),
-                                      loss=MultipleNegativesRankingLoss(model, scale=20.0))
-    peer.train()
-    t2 = time.perf_counter()
-    assert peer.state.global_step == args.max_steps, peer.state.global_step
-    info = {"optimizer": type(getattr(peer.optimizer, "optimizer", peer.optimizer)).__name__, "optim": str(args.optim),
-            "attn_implementation": model[0].model.config._attn_implementation, "threads_after": torch.get_num_threads()}
-    return {"load_s": t1 - t0, "run_s": t2 - t1, "loop_s": clock.last - clock.begin, "setup_s": clock.begin - t1,
-            "info": info}
-
-
-def run_mixcse(train_file: Path, steps: int, workdir: Path, seed: int, one_pass: bool) -> dict:
-    """`mixcse.train` on the peer's settings (``one_pass``: length_buckets 1), the model load timed apart."""
-    load_time, original = [], trainer.load_encoder
-
-    def timed_load(*args, **kwargs):
-        t = time.perf_counter()
-        result = original(*args, **kwargs)
-        load_time.append(time.perf_counter() - t)
-        return result
-
-    config = {"model": str(STAND_IN), "train_file": str(train_file), "output_dir": str(workdir / "mixcse"),
-              "loss": "simcse", "temperature": 0.05, "pooler": "cls_before_pooler", "batch_size": 64,
-              "max_seq_length": MAX_LEN, "learning_rate": 3e-5, "weight_decay": 0.0, "warmup_ratio": 0.0,
-              "max_grad_norm": 1.0, "max_steps": steps, "precision": "fp32", "num_threads": THREADS,
-              "select_on": "none", "log_steps": 10, "seed": seed, **({"length_buckets": 1} if one_pass else {})}
-    t0 = time.perf_counter()
-    with mock.patch.object(trainer, "load_encoder", timed_load):
-        result = trainer.train(config, overwrite=True, progress=False)
-    total = time.perf_counter() - t0
-    assert result.steps == steps, result.steps
-    return {"load_s": load_time[0], "run_s": total - load_time[0], "loop_s": result.train_seconds,
-            "outside_loop_s": total - load_time[0] - result.train_seconds}
-
-
-def vs_st_summary(runs: dict) -> dict:
-    """Each side's sentences/s and the medians of per-round ratios: whole run, loop only, CPU time, the ablation."""
-    def col(side, key="sentences_per_s"):
-        return [r[key] for r in runs[side]]
-
-    def ratio(a, b, key="sentences_per_s", name="ratio"):
-        per_round = paired_ratios(col(a, key), col(b, key))
-        return {name: summarise(per_round)["median"], f"{name}_per_round": per_round}
-
-    mx, st, one, loop = "mixcse", "sentence_transformers", "mixcse_one_pass", "loop_sentences_per_s"
-    out = {"mixcse_sentences_per_s": summarise(col(mx)), "sentence_transformers_sentences_per_s": summarise(col(st)),
-           **ratio(mx, st, name="throughput_ratio"),
-           "loop_only": {"mixcse_sentences_per_s": summarise(col(mx, loop)),
-                         "sentence_transformers_sentences_per_s": summarise(col(st, loop)), **ratio(mx, st, loop)},
-           "cpu_time": {"note": "process CPU seconds of each whole run (model load included), peer / mixcse: less "
-                                "sensitive than wall time to other processes' load, more to spin-waiting threads",
-                        **ratio(st, mx, "process_cpu_s")}}
-    if one in runs:
-        out["ablation_one_pass"] = {
-            "note": "mixcse with length_buckets=1: each batch forwarded as one pass padded to its longest sentence",
-            "sentences_per_s": summarise(col(one)), **ratio(one, st, name="throughput_ratio"),
-            "default_over_one_pass": ratio(mx, one)["ratio"]}
-    return out
-
-
 @case("eval")
 def eval_speed(args) -> None:
     """A full evaluation of all-MiniLM-L6-v2 on the reference paths and on the fast ones (2 workers), side by side."""
@@ -634,90 +404,262 @@ def corpus_child(train_file: str, corpus: str, workdir: str) -> dict:
     return record
 
 
-ONNX_FILES = {"torch fp32": "model.safetensors", "onnx fp32": "onnx/model.onnx",
-              "onnx int8 per-channel": "onnx/model_qint8.onnx",
-              "onnx int8 per-tensor": "onnx/model_qint8_per_tensor.onnx"}
+PATHS = {"torch fp32": "fp32", "torch bf16": "bf16", "onnx fp32": "fp32", "onnx fp32 fused": "fp32",
+         "onnx int8": "int8", "onnx int8 fused": "int8"}  # every inference path -> its precision's ceiling
+PAGE = "docs/performance.md"
 
 
-@case("onnx", model=dict(help="model folder (default all-MiniLM-L6-v2)"),
-      name=dict(default="all-MiniLM-L6-v2", help="its name in the JSON"),
-      table=dict(action="store_true", help="print docs/performance.md's table from onnx.json"))
-def onnx(args) -> None:
-    """The ONNX export against torch: speed, file sizes, int8 quality; merged into onnx.json under --name."""
-    path = common.RESULTS / "onnx.json"
-    if args.table:
-        return print(onnx_table(json.loads(path.read_text())))
-    torch.set_num_threads(THREADS)
-    models = json.loads(path.read_text())["models"] if path.exists() else {}
-    entry = models.setdefault(args.name, {})
-    with tempfile.TemporaryDirectory() as tmp:
-        folder, per_tensor = Path(tmp) / "exported", Path(tmp) / "model_qint8_per_tensor.onnx"
-        t0 = time.perf_counter()
-        report = export_onnx(args.model or common.minilm_path(), folder, quantize="int8")
-        entry["export"] = {"seconds": round(time.perf_counter() - t0, 1), "inputs": report["inputs"],
-                           "max_rel_diff_check": report["max_rel_diff"]}
-        quantize_int8(folder / "onnx" / "model.onnx", per_tensor, per_channel=False)
-        entry["file_mb"] = {**{k: round(v / 1e6, 1) for k, v in report["files"].items()},
-                            ONNX_FILES["onnx int8 per-tensor"]: round(per_tensor.stat().st_size / 1e6, 1),
-                            "model.safetensors": round((folder / "model.safetensors").stat().st_size / 1e6, 1)}
-        pt = OnnxSentenceEncoder.load(folder, precision="int8", threads=THREADS)
-        pt.graph, pt.fingerprint = open_graph(per_tensor, THREADS), pt.fingerprint + "-per-tensor"
-        encoders = {"torch fp32": SentenceEncoder.load(folder, device="cpu"),
-                    "onnx fp32": SentenceEncoder.load(folder, backend="onnx", threads=THREADS),
-                    "onnx int8 per-channel": SentenceEncoder.load(folder, backend="onnx", precision="int8",
-                                                                  threads=THREADS),
-                    "onnx int8 per-tensor": pt}
-        sentences = list(dict.fromkeys(D.load_stsb(DOWNSTREAM, "test").sentences()))
-        entry["speed"] = {}
-        for batch, n in ((1, 64), (64, 256)):  # 5 interleaved rounds of encode(first n sentences, batch_size)
-            times = interleaved({name: (lambda e=e: e.encode(sentences[:n], batch_size=batch))
-                                 for name, e in encoders.items()}, repeats=5)
-            entry["speed"][f"batch_{batch}"] = {
-                "sentences": n,
-                "sentences_per_second": {k: round(n / summarise(v)["median"], 1) for k, v in times.items()},
-                "speedup_vs_torch": {k: round(median_ratio(times["torch fp32"], v), 2)
-                                     for k, v in times.items() if k != "torch fp32"}}
-        entry["quality"] = onnx_quality(encoders, sentences)
-        entry["quality_sentences"] = f"{len(sentences)} distinct STS-B test sentences"
-    entry["updated"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    print(json.dumps(entry, indent=1))
-    if not args.no_write:
-        common.write_result("onnx_speed", {"code": common.code_version(), "threads": THREADS, "models": models},
-                            path=path)
+def inference_paths(model: str, tmp: Path) -> tuple[dict, dict]:
+    """Every inference path of ``model`` (its export in ``tmp``): torch fp32 and bf16 autocast; onnxruntime on
+    the unfused graph, the fused one (`mixcse export`'s default) and int8 copies of each (the export writes the
+    unfused one's). Returns ({path: encoder}, {path: its weights file})."""
+    export_onnx(model, tmp / "fused", quantize="int8")
+    export_onnx(model, tmp / "unfused", fuse=False)
+    quantize_int8(tmp / "fused/onnx/model.onnx", tmp / "fused_qint8.onnx")
+    files = {"torch fp32": tmp / "fused/model.safetensors", "onnx fp32": tmp / "unfused/onnx/model.onnx",
+             "onnx fp32 fused": tmp / "fused/onnx/model.onnx", "onnx int8": tmp / "fused/onnx/model_qint8.onnx",
+             "onnx int8 fused": tmp / "fused_qint8.onnx"}
+    paths = {name: open_encoder(tmp / "fused", device="cpu", precision=name[-4:], threads=THREADS)
+             for name in ("torch fp32", "torch bf16")}
+    for name in ("onnx fp32", "onnx fp32 fused", "onnx int8", "onnx int8 fused"):
+        paths[name] = open_encoder(tmp / "fused", backend="onnx", threads=THREADS)
+        paths[name].graph = open_graph(files[name], THREADS)
+    return paths, {**files, "torch bf16": files["torch fp32"]}
 
 
-def onnx_quality(encoders: dict, sentences: list[str]) -> dict:
-    """Each encoder's cosine to torch fp32 on ``sentences``, STS average, MQP test pair AP, SciFact test nDCG@10."""
-    reference, out, domain = encoders["torch fp32"].encode(sentences), {}, common.SHARED / "data/domain"
-    for name, enc in encoders.items():
-        emb = enc.encode(sentences)
-        cos = row_cosine(emb, reference)
-        res = evaluate(enc, tasks="sts,retrieval,pairs", data_dir=DOWNSTREAM, retrieval_data=domain / "scifact",
-                       pairs_data=domain / "medical-questions/pairs/test.tsv", verbose=False)
-        out[name] = {"cosine_to_torch_fp32": {"min": round(float(cos.min()), 4), "mean": round(float(cos.mean()), 4)},
-                     "max_abs_diff_to_torch_fp32": float(np.abs(emb - reference).max()),
-                     "sts_avg": round(res["sts"]["avg"], 2), "mqp_test_pair_ap": round(res["pairs"]["test"]["ap"], 2),
-                     "scifact_test_ndcg@10": round(res["retrieval"]["ndcg@10"], 2)}
+def gemm_ceilings(n: int, rounds: int, tmp: Path) -> dict:
+    """GFLOP/s of an n x n x n matrix multiply on THREADS threads: torch fp32 and bf16, onnxruntime fp32 (MatMul)
+    and int8 (the same MatMul after quantize_dynamic: DynamicQuantizeLinear + MatMulInteger)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["y"])], "gemm",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])],
+                              [numpy_helper.from_array(b.numpy(), "w")])
+    onnx.save(helper.make_model(graph), tmp / "gemm.onnx")
+    quantize_int8(tmp / "gemm.onnx", tmp / "gemm_int8.onnx")
+    feed = {"a": a.numpy()}
+    reps = 10 * max(1, 2048 // n) ** 3  # about a second a block: no runtime's idle threads reach the next block
+    runs = {"torch fp32": lambda: a @ b, "torch bf16": (lambda x=a.bfloat16(), y=b.bfloat16(): x @ y),
+            **{f"onnxruntime {k}": (lambda g=open_graph(tmp / f, THREADS): g.run(None, feed))
+               for k, f in (("fp32", "gemm.onnx"), ("int8", "gemm_int8.onnx"))}}
+    times = interleaved({k: (lambda f=f: [f() for _ in range(reps)]) for k, f in runs.items()}, repeats=rounds)
+    return {k: 2 * n ** 3 * reps / summarise(v)["median"] / 1e9 for k, v in times.items()}
+
+
+def encoder_flops(config, lengths: list[int]) -> float:
+    """The useful FLOPs of a BERT-style encoder over sentences of ``lengths`` real tokens (padding excluded): per
+    layer and token the linear layers' 2(4d² + 2d·ff), and attention's scores and weighted sum 4nd."""
+    n = np.asarray(lengths, dtype=np.float64)
+    d, ff = config.hidden_size, config.intermediate_size
+    return float(config.num_hidden_layers * (n * 2 * (4 * d * d + 2 * d * ff) + 4 * n * n * d).sum())
+
+
+def shares(times: dict[str, float]) -> dict[str, float]:
+    """The largest entries of ``times`` as fractions of their sum."""
+    return {k: v / sum(times.values()) for k, v in sorted(times.items(), key=lambda kv: -kv[1])[:6]}
+
+
+def where_time_goes(paths: dict, fused_graph: Path, sentences: list[str], batch: int, tmp: Path) -> dict:
+    """Torch fp32 and the fused onnx graph at ``batch``: tokenising + padding's share of torch's encode time,
+    padding's share of the computed tokens, and each operator's share of the time (torch.profiler, self time;
+    onnxruntime's profiler, kernel time)."""
+    import onnxruntime as ort
+
+    torch_path = paths["torch fp32"]
+    t0 = time.perf_counter()
+    ids = torch_path._tokenize(sentences)
+    order = np.argsort([-len(x) for x in ids], kind="stable")
+    padded = sum(torch_path._pad([ids[i] for i in order[s:s + batch]])[0].size for s in range(0, len(ids), batch))
+    tokenise_s, t0 = time.perf_counter() - t0, time.perf_counter()
+    torch_path.encode(sentences, batch_size=batch)
+    out = {"tokenise_and_pad_share": tokenise_s / (time.perf_counter() - t0),
+           "padding_share": 1 - sum(map(len, ids)) / padded}
+    with torch.profiler.profile() as prof:
+        torch_path.encode(sentences, batch_size=batch)
+    out["torch fp32"] = shares({e.key: e.self_cpu_time_total for e in prof.key_averages()})
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.enable_profiling = THREADS, True
+    options.profile_file_prefix = str(tmp / "ort")
+    fused = paths["onnx fp32 fused"]
+    fused.graph = ort.InferenceSession(str(fused_graph), options, providers=["CPUExecutionProvider"])
+    fused.encode(sentences, batch_size=batch)
+    ops: dict[str, float] = {}
+    for event in json.loads(Path(fused.graph.end_profiling()).read_text()):
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            ops[event["args"]["op_name"]] = ops.get(event["args"]["op_name"], 0) + event["dur"]
+    out["onnx fp32 fused"] = shares(ops)
     return out
 
 
-def onnx_table(record: dict) -> str:
-    """The markdown tables of docs/performance.md, one per model of onnx.json."""
-    lines = []
-    for model, e in ((m, e) for m, e in record["models"].items() if "speed" in e):
-        lines += [f"{model}, {record['threads']} threads ({record['machine']['cpu']}, {record['date'][:10]}):", "",
-                  "| | file MB | batch 1: sent/s (× torch) | batch 64: sent/s (× torch) | cosine to torch min / mean "
-                  "| STS avg | MQP pair AP | SciFact nDCG@10 |", "|---|---|---|---|---|---|---|---|"]
-        for name, q in e["quality"].items():
-            cells = [name, f"{e['file_mb'][ONNX_FILES[name]]:.1f}"]
-            for b in ("batch_1", "batch_64"):
-                speed, ratio = e["speed"][b]["sentences_per_second"][name], e["speed"][b]["speedup_vs_torch"].get(name)
-                cells.append(f"{speed:.1f}" + (f" ({ratio:.2f}×)" if ratio else ""))
-            cells += [f"{q['cosine_to_torch_fp32']['min']:.4f} / {q['cosine_to_torch_fp32']['mean']:.4f}",
-                      f"{q['sts_avg']:.2f}", f"{q['mqp_test_pair_ap']:.2f}", f"{q['scifact_test_ndcg@10']:.2f}"]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-    return "\n".join(lines)
+@case("roofline", model=dict(help="model folder (default all-MiniLM-L6-v2)"), quick="2 rounds, fewer sentences")
+def roofline(args) -> None:
+    """Each inference path's useful GFLOP/s at batch 1 and 64 beside its precision's GEMM ceiling."""
+    t0, rounds, gemm = time.perf_counter(), 2 if args.quick else 5, 1024 if args.quick else 2048
+    torch.set_num_threads(THREADS)
+    sentences = list(dict.fromkeys(D.load_stsb(DOWNSTREAM, "test").sentences()))
+    with tempfile.TemporaryDirectory() as tmp:
+        ceilings = gemm_ceilings(gemm, rounds, Path(tmp))
+        best = {p: max(v for k, v in ceilings.items() if k.endswith(p)) for p in ("fp32", "bf16", "int8")}
+        paths, files = inference_paths(args.model or common.minilm_path(), Path(tmp))
+        config, batches = paths["torch fp32"].encoder.backbone.config, {}
+        for batch, n in ((1, 32 if args.quick else 128), (64, 256 if args.quick else 1024)):
+            lengths = list(map(len, paths["torch fp32"]._tokenize(sentences[:n])))
+            flops = encoder_flops(config, lengths)
+            times = interleaved({k: (lambda e=e: e.encode(sentences[:n], batch_size=batch)) for k, e in paths.items()},
+                                repeats=rounds)
+            rows = {}
+            for k, v in times.items():
+                sec = summarise(v)
+                rows[k] = {"precision": PATHS[k], "seconds": sec, "sentences_per_s": n / sec["median"],
+                           "tokens_per_s": sum(lengths) / sec["median"], "gflops": flops / sec["median"] / 1e9,
+                           "fraction_of_ceiling": flops / sec["median"] / 1e9 / best[PATHS[k]],
+                           "vs_torch_fp32": median_ratio(times["torch fp32"], v)}
+            batches[str(batch)] = {"sentences": n, "real_tokens": sum(lengths), "useful_gflop": flops / 1e9,
+                                   "paths": rows}
+        where = where_time_goes(paths, files["onnx fp32 fused"], sentences[:batches["64"]["sentences"]], 64,
+                                Path(tmp))
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    save(args, "roofline", {
+        "model": args.model or "all-MiniLM-L6-v2", "threads": THREADS, "rounds": rounds, "gemm_size": gemm,
+        "code": common.code_version(), "isa": {f: f in flags for f in ("avx512f", "avx512_vnni", "avx512_bf16",
+                                                                          "amx_bf16", "amx_int8")},
+        "gemm_gflops": ceilings, "ceiling_gflops": best, "batches": batches, "where_time_goes_batch_64": where,
+        "wall_s": time.perf_counter() - t0})
+    write_docs(args, "roofline")
+
+
+@case("onnx", model=dict(help="model folder (default all-MiniLM-L6-v2)"))
+def onnx(args) -> None:
+    """Each inference path's file size and agreement with torch fp32: cosine, STS, MQP pair AP, SciFact."""
+    torch.set_num_threads(THREADS)
+    sentences, out = list(dict.fromkeys(D.load_stsb(DOWNSTREAM, "test").sentences())), {}
+    domain = common.SHARED / "data/domain"
+    with tempfile.TemporaryDirectory() as tmp:
+        paths, files = inference_paths(args.model or common.minilm_path(), Path(tmp))
+        reference = paths["torch fp32"].encode(sentences)
+        for name, enc in paths.items():
+            emb = enc.encode(sentences)
+            cos = row_cosine(emb, reference)
+            res = evaluate(enc, tasks="sts,retrieval,pairs", data_dir=DOWNSTREAM, retrieval_data=domain / "scifact",
+                           pairs_data=domain / "medical-questions/pairs/test.tsv", verbose=False)
+            out[name] = {"file_mb": files[name].stat().st_size / 1e6, "max_abs_diff_to_torch_fp32":
+                         float(np.abs(emb - reference).max()), "cosine_to_torch_fp32": {
+                             "min": float(cos.min()), "mean": float(cos.mean())}, "sts_avg": res["sts"]["avg"],
+                         "mqp_test_pair_ap": res["pairs"]["test"]["ap"], "scifact_test_ndcg@10":
+                         res["retrieval"]["ndcg@10"]}
+            print(name, json.dumps(out[name]), flush=True)
+    save(args, "onnx", {"model": args.model or "all-MiniLM-L6-v2", "threads": THREADS, "code": common.code_version(),
+                        "cosine_sentences": f"{len(sentences)} distinct STS-B test sentences", "paths": out})
+    write_docs(args, "onnx")
+
+
+@case("bf16-eval", precision=dict(choices=["fp32", "bf16"], help="one precision (merged into the JSON)"),
+      quick="STS12, STS-B and TREC only")
+def bf16_eval(args) -> None:
+    """The full evaluation of all-MiniLM-L6-v2 in fp32 and in bf16 autocast: time, every score, pair AP, cosine."""
+    path, model = common.RESULTS / "bf16_eval.json", common.minilm_path()
+    torch.set_num_threads(THREADS)
+    old = json.loads(path.read_text()) if path.exists() and args.precision else {}
+    runs = old.get("runs", {}) if old.get("machine", {}).get("cpu") == common.cpu_model() else {}
+    pairs = {n: common.SHARED / f"data/domain/{n}/pairs/test.tsv" for n in ("medical-questions", "products")}
+    sentences = list(dict.fromkeys(D.load_stsb(DOWNSTREAM, "test").sentences()))
+    for precision in [args.precision] if args.precision else ["fp32", "bf16"]:
+        res, wall = timed_eval(model, "STS12,STSBenchmark,TREC" if args.quick else "all", workers=2,
+                               precision=precision)
+        ap = evaluate(model, tasks="pairs", pairs_data=list(pairs.values()), precision=precision, verbose=False)
+        runs[precision] = {**eval_side(res, wall), "sts_avg": res["sts"]["avg"],
+                           "pair_ap": {n: r["ap"] for n, r in zip(pairs, ap["pairs"].values())}}
+    emb = {p: open_encoder(model, device="cpu", precision=p).encode(sentences) for p in ("fp32", "bf16")}
+    cos = row_cosine(emb["bf16"], emb["fp32"])
+    save(args, "bf16_eval", {"model": "all-MiniLM-L6-v2", "threads": THREADS, "workers": 2, "code":
+                             common.code_version(), "cosine_bf16_to_fp32": {"min": float(cos.min()), "mean": float(
+                                 cos.mean()), "sentences": len(sentences)}, "runs": runs})
+    if {"fp32", "bf16"} <= set(runs):
+        write_docs(args, "bf16")
+
+
+def render_roofline(record: dict) -> str:
+    """The roofline block of docs/performance.md: machine, ceilings, a row per path and batch size, where it goes."""
+    m, g, c, b = record["machine"], record["gemm_gflops"], record["ceiling_gflops"], record["batches"]
+    isa, w = ", ".join(k for k, v in record["isa"].items() if v), record["where_time_goes_batch_64"]
+    rows = [f"{record['model']}, {m['cpu']} ({m['logical_cpus']} vCPUs; {isa}), {record['threads']} threads, torch "
+            f"{m['torch']}, {record['date'][:10]}, commit {record['code']}; `python -m benchmarks.speed roofline` "
+            f"(`benchmarks/results/roofline.json`). Ceilings, a {record['gemm_size']}³ matrix multiply: fp32 "
+            f"{c['fp32']:.0f} GFLOP/s (torch {g['torch fp32']:.0f}, onnxruntime {g['onnxruntime fp32']:.0f}), bf16 "
+            f"{c['bf16']:.0f} (torch), int8 {c['int8']:.0f} (onnxruntime's quantised MatMul). The STS-B test "
+            f"sentences: {b['1']['sentences']} one at a time ({b['1']['real_tokens']:,} real tokens) and "
+            f"{b['64']['sentences']:,} in length-sorted batches of 64 ({b['64']['real_tokens']:,} real tokens); "
+            f"useful FLOPs: the linear layers and attention over real tokens; the paths alternate in "
+            f"{record['rounds']} rounds (median; ± half the per-round IQR, relative).", "",
+            "| path | batch | sentences/s | tokens/s | useful GFLOP/s | ceiling | of the ceiling | × torch fp32 | ± |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for batch, runs in b.items():
+        for name, r in runs["paths"].items():
+            t = r["seconds"]
+            rows.append(f"| {name} | {batch} | {r['sentences_per_s']:,.1f} | {r['tokens_per_s']:,.0f} | "
+                        f"{r['gflops']:.1f} | {c[r['precision']]:.0f} ({r['precision']}) | "
+                        f"{100 * r['fraction_of_ceiling']:.0f} % | {r['vs_torch_fp32']:.2f}× | "
+                        f"{50 * (t['q3'] - t['q1']) / t['median']:.0f} % |")
+    ops = {k: ", ".join(f"{op} {100 * v:.0f} %" for op, v in w[k].items()) for k in ("torch fp32", "onnx fp32 fused")}
+    return "\n".join(rows + ["", f"Where the time goes at batch 64: tokenising and padding take "
+                             f"{100 * w['tokenise_and_pad_share']:.1f} % of torch fp32's encode time, and padding is "
+                             f"{100 * w['padding_share']:.1f} % of the tokens computed. Operator shares, torch fp32: "
+                             f"{ops['torch fp32']}; the fused onnx graph: {ops['onnx fp32 fused']}."])
+
+
+def render_onnx(record: dict) -> str:
+    m = record["machine"]
+    rows = [f"{record['model']}, {m['cpu']}, {record['threads']} threads, {record['date'][:10]}, commit "
+            f"{record['code']}; `python -m benchmarks.speed onnx` (`benchmarks/results/onnx.json`); cosine over "
+            f"{record['cosine_sentences']}.", "",
+            "| path | file MB | cosine to torch fp32 min / mean | largest abs. difference | STS avg | MQP test pair AP "
+            "| SciFact nDCG@10 |", "|---|---|---|---|---|---|---|"]
+    for name, q in record["paths"].items():
+        c = q["cosine_to_torch_fp32"]
+        rows.append(f"| {name} | {q['file_mb']:.1f} | {c['min']:.4f} / {c['mean']:.4f} | "
+                    f"{q['max_abs_diff_to_torch_fp32']:.1e} | {q['sts_avg']:.2f} | {q['mqp_test_pair_ap']:.2f} | "
+                    f"{q['scifact_test_ndcg@10']:.2f} |")
+    return "\n".join(rows)
+
+
+def render_bf16(record: dict) -> str:
+    runs, m, cos = record["runs"], record["machine"], record["cosine_bf16_to_fp32"]
+    fp, bf = runs["fp32"], runs["bf16"]
+    rows = [f"{record['model']}, {m['cpu']}, {record['threads']} threads, `--workers {record['workers']}`, "
+            f"{record['date'][:10]}, commit {record['code']}; `python -m benchmarks.speed bf16-eval` "
+            f"(`benchmarks/results/bf16_eval.json`); one run per precision. Cosine of bf16 to fp32 embeddings over "
+            f"{cos['sentences']:,} STS-B test sentences: min {cos['min']:.4f}, mean {cos['mean']:.4f}.", "",
+            "| | fp32 | bf16 | bf16 − fp32 (or fp32 / bf16 time) |", "|---|---|---|---|",
+            f"| wall time, whole evaluation | {fp['wall_seconds']:.0f} s | {bf['wall_seconds']:.0f} s | "
+            f"{fp['wall_seconds'] / bf['wall_seconds']:.2f}× |"]
+    for phase in ("encode", "transfer"):
+        a, b = fp["phases_seconds"][phase], bf["phases_seconds"][phase]
+        rows.append(f"| {phase} | {a:.0f} s | {b:.0f} s | {a / b:.2f}× |")
+    scores = [("STS avg", fp["sts_avg"], bf["sts_avg"])] + [(t, fp["sts"][t], bf["sts"][t]) for t in fp["sts"]]
+    scores += [(t, fp["acc"][t], bf["acc"][t]) for t in fp["acc"]]
+    scores += [(f"pair AP, {n} test", fp["pair_ap"][n], bf["pair_ap"][n]) for n in fp["pair_ap"]]
+    rows += [f"| {name} | {a:.2f} | {b:.2f} | {b - a:+.2f} |" for name, a, b in scores]
+    return "\n".join(rows)
+
+
+BLOCKS = {"roofline": (PAGE, lambda: render_roofline(read_result("roofline"))),
+          "onnx": (PAGE, lambda: render_onnx(read_result("onnx"))),
+          "bf16": (PAGE, lambda: render_bf16(read_result("bf16_eval")))}
+
+
+def read_result(name: str) -> dict:
+    return json.loads((common.RESULTS / f"{name}.json").read_text())
+
+
+def write_docs(args, block: str) -> None:
+    """The block of the docs page that ``block``'s committed JSON makes (not after --no-write, --results, --quick)."""
+    if not (args.no_write or args.results or getattr(args, "quick", False)):
+        page, render = BLOCKS[block]
+        common.write_block(common.REPO / page, render(), f"<!-- begin generated:{block} (python -m benchmarks.report)"
+                           " -->", f"<!-- end generated:{block} -->")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -222,3 +222,24 @@ def test_encode_cli_reports_progress_on_stderr_unless_asked_not_to(model_dir, co
     code, _, err = run(capsys, "encode", model_dir, "--input", corpus_file, "--output", tmp_path / "b.npy",
                        "--no-progress")
     assert code == 0 and "encode: " not in err
+
+
+def test_encode_and_search_in_bf16(model_dir, corpus_file, tmp_path, capsys):
+    """--precision bf16: torch under bfloat16 autocast, float32 rows close to fp32's but not its bits; the
+    metadata says which precision wrote them."""
+    from safetensors import safe_open
+
+    fp32, bf16 = tmp_path / "fp32.safetensors", tmp_path / "bf16.safetensors"
+    assert run(capsys, "encode", model_dir, "--input", corpus_file, "--output", fp32)[0] == 0
+    assert run(capsys, "encode", model_dir, "--input", corpus_file, "--output", bf16, "--precision", "bf16")[0] == 0
+    with safe_open(str(fp32), framework="numpy") as a, safe_open(str(bf16), framework="numpy") as b:
+        x, y = a.get_tensor("embeddings"), b.get_tensor("embeddings")
+        assert b.metadata()["precision"] == "bf16" and y.dtype == np.float32
+    assert not np.array_equal(x, y)
+    assert (SentenceEncoder.similarity(x, y).diagonal() > 0.99).all()
+    code, out, _ = run(capsys, "search", model_dir, "--corpus", corpus_file, "--query", SENTENCES[4], "--top-k", 1,
+                       "--precision", "bf16", "--index", "numpy")
+    assert code == 0 and parse_hits(out)[0][2] == SENTENCES[4]
+    code, _, err = run(capsys, "encode", model_dir, "--input", corpus_file, "--output", tmp_path / "x.npy",
+                       "--backend", "onnx", "--precision", "bf16")
+    assert code == 2 and "--precision bf16 needs --backend torch" in err and not (tmp_path / "x.npy").exists()

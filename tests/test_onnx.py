@@ -83,8 +83,48 @@ def test_bert_fp32_equals_torch_at_untraced_shapes(bert_onnx, pooler):
     dims = [[d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input]
     assert all(isinstance(a, str) and isinstance(b, str) for a, b in dims)  # symbolic batch and sequence axes
     assert sorted(os.listdir(bert_onnx / "onnx")) == ["model.onnx"]  # one file, no external data
+    fused = {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
+    assert {"Attention", "SkipLayerNormalization", "BiasGelu"} <= fused  # the default export is the fused graph
     for batch_size in (1, 5, 64):  # traced at batch 2, a dozen tokens; here up to ~60 tokens
         assert _max_diff(bert_onnx, SENTENCES, batch_size, pooler=pooler) <= 1e-4
+
+
+def test_unfused_graph_on_request_and_when_fusion_fails(tiny_bert, tmp_path, monkeypatch, capsys):
+    """--no-fuse writes standard ONNX operators only; a fusion that fails leaves the unfused graph, and the
+    export report, README.md and mixcse.json say which file is which."""
+    import json
+
+    import onnx
+
+    from mixcse.models import export
+
+    assert main(["export", str(tiny_bert), "--no-fuse", "--quantize", "int8", "--output", str(tmp_path / "plain")]) == 0
+    out = capsys.readouterr().out
+    assert "onnx/model.onnx" in out and "fp32, unfused" in out and "of the unfused graph" in out
+    graph = onnx.load(str(tmp_path / "plain" / "onnx" / "model.onnx"))
+    assert {n.domain for n in graph.graph.node} <= {"", "ai.onnx"}
+    assert _max_diff(tmp_path / "plain", SENTENCES, 7, pooler="avg") <= 1e-4
+
+    def broken(source, target):
+        raise RuntimeError("no rule matched\nsecond line")
+
+    monkeypatch.setattr(export, "fuse_graph", broken)
+    report = export_onnx(tiny_bert, tmp_path / "fallback")
+    assert not report["fused"] and report["unfused_because"] == "fusion failed: no rule matched"
+    assert report["graphs"] == {"model.onnx": "fp32, unfused"}
+    assert "is not fused: fusion failed: no rule matched" in (tmp_path / "fallback" / "README.md").read_text()
+    entry = json.loads((tmp_path / "fallback" / "mixcse.json").read_text())["onnx"]
+    assert entry["files"] == {"onnx/model.onnx": "fp32, unfused"} and entry["max_rel_diff_to_torch"] <= 1e-3
+    assert _max_diff(tmp_path / "fallback", SENTENCES, 3, pooler="avg") <= 1e-4
+
+
+def test_the_exported_folder_says_which_file_is_which(bert_onnx):
+    import json
+
+    entry = json.loads((bert_onnx / "mixcse.json").read_text())["onnx"]
+    assert entry["files"]["onnx/model.onnx"].startswith("fp32, fused (") and entry["unfused_because"] is None
+    assert entry["fusions"]["Attention"] == 2 and set(entry["versions"]) == {"onnxruntime", "onnxscript", "torch"}
+    assert "- `onnx/model.onnx`: fp32, fused (" in (bert_onnx / "README.md").read_text()
 
 
 def test_modernbert_sliding_window_fp32_equals_torch(tmp_path):

@@ -1,5 +1,6 @@
-"""benchmarks/speed.py: the docs' ONNX table comes from onnx.json, a case writes the keys of its committed JSON, a
-result records the module command, and bad input is one error line."""
+"""benchmarks/speed.py: every generated block of the docs comes from its committed JSON, the roofline's FLOP count
+is torch's own count, a case writes the keys of its committed JSON, a result records the module command, and bad
+input is one error line."""
 
 from __future__ import annotations
 
@@ -19,11 +20,31 @@ def results_folder(monkeypatch):
     monkeypatch.setattr(common, "RESULTS", COMMITTED)
 
 
-def test_the_onnx_table_of_the_docs_is_generated_from_the_committed_json(capsys):
-    speed.main(["onnx", "--table"])
-    table = capsys.readouterr().out.strip()
-    assert table.count("| onnx int8 per-tensor |") == 2
-    assert table in (common.REPO / "docs" / "performance.md").read_text()
+@pytest.mark.parametrize("block", sorted(speed.BLOCKS))
+def test_each_generated_block_of_the_docs_is_its_committed_json_rendered(block):
+    page, render = speed.BLOCKS[block]
+    text = (common.REPO / page).read_text()
+    begin, end = f"<!-- begin generated:{block} (python -m benchmarks.report) -->", f"<!-- end generated:{block} -->"
+    assert text.count(begin) == text.count(end) == 1
+    assert text.split(begin)[1].split(end)[0].strip() == render().strip()
+
+
+def test_useful_flops_are_what_torch_counts_for_one_unpadded_sentence(tiny_bert):
+    """torch's FLOP counter over the eager-attention model (its linear layers, attention's two matrix products and
+    the pooler layer that the sentence embedding does not use) equals encoder_flops plus that pooler."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(tiny_bert, attn_implementation="eager").eval()
+    for n in (5, 17):
+        ids = torch.arange(5, 5 + n)[None]
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+        pooler = 2 * model.config.hidden_size ** 2
+        assert counter.get_total_flops() == speed.encoder_flops(model.config, [n]) + pooler
+    assert speed.encoder_flops(model.config, [5, 17]) == speed.encoder_flops(model.config, [5]) + \
+        speed.encoder_flops(model.config, [17])
 
 
 @pytest.mark.skipif(not (common.STAND_IN.is_dir() and common.CORPUS.is_file()), reason="needs the shared stand-in")
@@ -38,11 +59,12 @@ def test_the_profile_case_writes_the_keys_of_its_committed_json(tmp_path):
 
 
 def test_a_result_records_the_module_command(monkeypatch):
-    monkeypatch.setattr(sys, "argv", [str(common.REPO / "benchmarks" / "speed.py"), "mixing", "--quick"])
-    assert common.command_line().endswith(" -m benchmarks.speed mixing --quick")
+    monkeypatch.setattr(sys, "argv", [str(common.REPO / "benchmarks" / "speed.py"), "roofline", "--quick"])
+    assert common.command_line().endswith(" -m benchmarks.speed roofline --quick")
 
 
-@pytest.mark.parametrize("argv, message", [(["nope"], "invalid choice"), (["mixing", "--rounds", "0"], "positive"),
+@pytest.mark.parametrize("argv, message", [(["nope"], "invalid choice"), (["bf16-eval", "--precision", "fp16"],
+                                                                          "invalid choice"),
                                            (["big-batch", "--mini-batch", "x"], "positive"), ([], "CASE")])
 def test_bad_input_is_one_error_line_and_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:

@@ -1,8 +1,9 @@
 """``mixcse`` command line: train | eval | data | encode | search | export | merge, one module per verb.
 
     train.py    mixcse train (the run report)          eval.py     mixcse eval
-    data.py     mixcse data download                   encode.py   mixcse encode, mixcse search
-    export.py   mixcse export                          merge.py    mixcse merge
+    data.py     mixcse data download                   search.py   mixcse search
+    encode.py   mixcse encode (and the model options   export.py   mixcse export
+                encode, search and eval share)         merge.py    mixcse merge
 
 A bad command line or input is one ``error:`` line and exit 2. May import every other part of mixcse; nothing in
 mixcse imports it.
@@ -28,11 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     # Imported unconditionally: a broken import must surface as itself, not as "invalid choice: eval".
-    from mixcse.cli.encode import add_encode_arguments, add_search_arguments, run_encode, run_search
     from mixcse.cli.data import add_data_arguments, run_data
+    from mixcse.cli.encode import add_encode_arguments, run_encode
     from mixcse.cli.eval import add_eval_arguments, run_eval
     from mixcse.cli.export import add_export_arguments, run_export
     from mixcse.cli.merge import add_merge_arguments, run_merge
+    from mixcse.cli.search import add_search_arguments, run_search
     from mixcse.cli.train import add_train_arguments, run_train
 
     for name, help_text, add_arguments, run in (

@@ -1,4 +1,5 @@
-"""``mixcse encode`` and ``mixcse search``: embeddings of a file of sentences, and exact cosine search over one.
+"""``mixcse encode``: embeddings of a file of sentences; the model, backend and precision options that ``search``
+and ``eval`` share.
 
 Input files hold one sentence per line (plain text or .gz, UTF-8); blank lines are skipped, so row i of the
 embeddings is the i-th non-blank line.
@@ -17,14 +18,11 @@ import numpy as np
 from mixcse.data.reader import read_nonblank
 from mixcse.errors import DataError, MixCSEError
 from mixcse.models.encoder import POOLERS
-from mixcse.models.onnx_backend import ONNX_FILES
-from mixcse.models.sentence_encoder import TORCH_PRECISIONS
+from mixcse.models.inference import BACKENDS, PRECISIONS, open_encoder
 from mixcse.utils.files import atomic_path, check_new_output
 
 OUTPUT_FORMATS = (".npy", ".safetensors")
-BACKENDS = ("torch", "onnx")
-BACKEND_PRECISIONS = {"torch": TORCH_PRECISIONS, "onnx": tuple(ONNX_FILES)}  # bf16: autocast; int8: a graph
-INFERENCE_PRECISIONS = tuple(dict.fromkeys(p for allowed in BACKEND_PRECISIONS.values() for p in allowed))
+INFERENCE_PRECISIONS = tuple(dict.fromkeys(p for allowed in PRECISIONS.values() for p in allowed))
 SAFETENSORS_KEY = "embeddings"
 
 
@@ -57,35 +55,8 @@ def save_embeddings(path: Path, embeddings: np.ndarray, metadata: dict[str, str]
             save_file({SAFETENSORS_KEY: embeddings}, str(tmp), metadata=metadata)
 
 
-def load_embeddings(path: str | os.PathLike) -> np.ndarray:
-    path = Path(path)
-    if not path.is_file():
-        raise MixCSEError(f"embeddings file not found: {path}")
-    try:
-        if path.suffix == ".npy":
-            arr = np.load(path, allow_pickle=False)
-        elif path.suffix == ".safetensors":
-            from safetensors.numpy import load_file
-
-            tensors = load_file(str(path))
-            if SAFETENSORS_KEY in tensors:
-                arr = tensors[SAFETENSORS_KEY]
-            elif len(tensors) == 1:
-                arr = next(iter(tensors.values()))
-            else:
-                raise MixCSEError(f"{path} holds several tensors and none is named {SAFETENSORS_KEY!r}")
-        else:
-            raise MixCSEError(f"embeddings must be a .npy or .safetensors file, got {path.name!r}")
-    except (OSError, ValueError) as exc:
-        raise MixCSEError(f"cannot read embeddings {path}: {str(exc).splitlines()[0] if str(exc) else exc}") \
-            from None
-    if arr.ndim != 2:
-        raise MixCSEError(f"{path}: expected a 2-D array of embeddings, got shape {arr.shape}")
-    return arr
-
-
 # --------------------------------------------------------------------------------------------- commands
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -95,12 +66,12 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _add_model_arguments(p: argparse.ArgumentParser) -> None:
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="mixcse or sentence-transformers directory, or any Hugging Face model")
     p.add_argument("--pooler", choices=POOLERS, default=None,
                    help="override the model's pooler (default: the directory's own; cls_before_pooler for a plain "
                         "HF model)")
-    p.add_argument("--batch-size", type=_positive_int, default=64, help="sentences per forward pass (default 64)")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per forward pass (default 64)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     add_backend_arguments(p)
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code from the model dir")
@@ -119,33 +90,19 @@ def add_backend_arguments(p: argparse.ArgumentParser, precisions: tuple[str, ...
 
 def check_backend(backend: str, precision: str) -> None:
     """The precisions each backend has: bf16 is torch's autocast, int8 an exported quantised graph."""
-    if precision not in BACKEND_PRECISIONS[backend]:
+    if precision not in PRECISIONS[backend]:
         raise MixCSEError(f"--precision {precision} needs --backend {'torch' if precision == 'bf16' else 'onnx'}")
 
 
 def add_encode_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Embed a file of sentences (one a line; blank lines skipped) with length-sorted batches; row i "
                      "of the output is the i-th sentence of the input.")
-    _add_model_arguments(p)
+    add_model_arguments(p)
     p.add_argument("--input", required=True, metavar="FILE", help="sentences, one a line (.txt or .gz)")
     p.add_argument("--output", required=True, metavar="OUT",
                    help="emb.npy or emb.safetensors (tensor 'embeddings', float32)")
     p.add_argument("--normalize", action="store_true", help="l2-normalise the embeddings")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-
-
-def add_search_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = ("Exact cosine search: the top-k sentences of a corpus for each query (faiss IndexFlatIP when "
-                     "installed, else numpy).")
-    _add_model_arguments(p)
-    p.add_argument("--corpus", required=True, metavar="FILE", help="sentences, one a line (.txt or .gz)")
-    p.add_argument("--query", required=True, action="append", metavar="TEXT",
-                   help="the query sentence; repeat for several")
-    p.add_argument("--top-k", type=_positive_int, default=5, help="results per query (default 5)")
-    p.add_argument("--corpus-embeddings", metavar="EMB", default=None,
-                   help="embeddings of --corpus from 'mixcse encode' with the same model (skips encoding it)")
-    p.add_argument("--index", choices=("auto", "numpy", "faiss"), default="auto",
-                   help="exact search with faiss or numpy (default auto: faiss if importable)")
 
 
 def _device(name: str | None, backend: str = "torch") -> str | None:
@@ -156,19 +113,17 @@ def _device(name: str | None, backend: str = "torch") -> str | None:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _load(args: argparse.Namespace):
-    from mixcse.models.sentence_encoder import SentenceEncoder
-
+def load_model(args: argparse.Namespace):
+    """The encoder of ``encode`` and ``search``'s model options (`open_encoder`)."""
     check_backend(args.backend, args.precision)
     try:
-        return SentenceEncoder.load(args.model, pooler=args.pooler, device=_device(args.device, args.backend),
-                                    trust_remote_code=args.trust_remote_code, backend=args.backend,
-                                    precision=args.precision)
+        return open_encoder(args.model, backend=args.backend, pooler=args.pooler, precision=args.precision,
+                            device=_device(args.device, args.backend), trust_remote_code=args.trust_remote_code)
     except RuntimeError as exc:  # e.g. an unknown or unavailable torch device
         raise MixCSEError(f"cannot load model {args.model!r}: {str(exc).splitlines()[0]}") from None
 
 
-def _show_progress(args: argparse.Namespace) -> bool:
+def show_progress(args: argparse.Namespace) -> bool:
     """A bar on a terminal; elsewhere (a log, CI) a plain line every 30 s (mixcse.utils.progress)."""
     return not args.no_progress
 
@@ -177,9 +132,9 @@ def run_encode(args: argparse.Namespace) -> int:
     # Every check on the user's files comes before the (slow) model load.
     output = check_output_path(args.output, args.overwrite)
     sentences, blank = read_lines(args.input, "input")
-    encoder = _load(args)
+    encoder = load_model(args)
     start = time.perf_counter()
-    embeddings = encoder.encode(sentences, batch_size=args.batch_size, show_progress=_show_progress(args))
+    embeddings = encoder.encode(sentences, batch_size=args.batch_size, show_progress=show_progress(args))
     seconds = time.perf_counter() - start
     if args.normalize:
         from mixcse.models.search import normalize_rows
@@ -193,33 +148,4 @@ def run_encode(args: argparse.Namespace) -> int:
         print(f"note: skipped {blank} blank line{'s' if blank != 1 else ''} of {args.input}", file=sys.stderr)
     print(f"wrote {embeddings.shape[0]} x {embeddings.shape[1]} embeddings (pooler {encoder.pooler}) to {output} "
           f"in {seconds:.1f}s ({len(sentences) / max(seconds, 1e-9):.0f} sentences/s)")
-    return 0
-
-
-def run_search(args: argparse.Namespace) -> int:
-    from mixcse.models.search import resolve_backend, top_k_cosine
-
-    backend = resolve_backend(args.index)
-    sentences, _ = read_lines(args.corpus, "corpus")
-    stored = load_embeddings(args.corpus_embeddings) if args.corpus_embeddings else None
-    if stored is not None and stored.shape[0] != len(sentences):
-        raise MixCSEError(f"--corpus-embeddings has {stored.shape[0]} rows but --corpus has {len(sentences)} "
-                          f"sentences")
-    queries = [q for q in args.query]
-    if not all(q.strip() for q in queries):
-        raise MixCSEError("--query must not be empty")
-    encoder = _load(args)
-    show = _show_progress(args)
-    corpus = stored if stored is not None else encoder.encode(sentences, batch_size=args.batch_size,
-                                                              show_progress=show)
-    if corpus.shape[1] != encoder.dimension:
-        raise MixCSEError(f"--corpus-embeddings have {corpus.shape[1]} dimensions, the model {encoder.dimension}")
-    scores, indices = top_k_cosine(encoder.encode(queries, batch_size=args.batch_size), corpus, args.top_k,
-                                   backend=backend)
-    for n, query in enumerate(queries):
-        if n:
-            print()
-        print(f"query: {query}")
-        for rank, (score, index) in enumerate(zip(scores[n], indices[n]), 1):
-            print(f"{rank:>3}  {score:.4f}  {sentences[index]}")
     return 0

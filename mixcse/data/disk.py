@@ -39,6 +39,7 @@ import torch
 from mixcse.data.documents import Segments
 from mixcse.data.memory import pad_batch
 from mixcse.errors import DataError
+from mixcse.utils.files import file_digest
 from mixcse.utils.progress import Progress
 
 FORMAT_VERSION = 1
@@ -54,12 +55,9 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path.home() / ".cache" / "mixcse" / "corpus"
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+def content_digest(path: Path) -> str:
+    """The training file's part of a cache key (BLAKE2b, 16 bytes: keys of existing caches stay valid)."""
+    return file_digest(path, algorithm="blake2b", digest_size=16)
 
 
 def tokenizer_digest(tokenizer) -> str:
@@ -281,7 +279,7 @@ def open_sharded_corpus(cfg, tokenizer, *, cache_dir: str | os.PathLike | None =
     segments = Segments(cfg.train_file, text_column=cfg.text_column, segment=cfg.segment, min_words=cfg.min_words,
                         dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
     options = {k: segments.stats[k] for k in ("format", "segment", "min_words", "dedupe")}
-    key_parts = {"version": FORMAT_VERSION, "file": file_digest(segments.path),
+    key_parts = {"version": FORMAT_VERSION, "file": content_digest(segments.path),
                  "tokenizer": tokenizer_digest(tokenizer),
                  "max_seq_length": cfg.max_seq_length, "text_column": cfg.text_column,
                  "max_sentences": cfg.max_sentences, **options}

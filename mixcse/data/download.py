@@ -7,7 +7,6 @@ existing file that verifies is never touched, and one that does not verify is ne
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
 
 from mixcse.errors import DataError
-from mixcse.utils.files import cache_home, normal_file_mode
+from mixcse.utils.files import cache_home, file_digest, normal_file_mode
 
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
 BASE_URL_ENV = "MIXCSE_DATA_URL"
@@ -102,13 +101,7 @@ _CHUNK = 1 << 20
 
 
 def _sha256(path: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            h.update(chunk)
-            size += len(chunk)
-    return size, h.hexdigest()
+    return path.stat().st_size, file_digest(path)
 
 
 def _verify(path: Path, expected: tuple[int, str] | None) -> str | None:

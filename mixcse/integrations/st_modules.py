@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from mixcse.models.pooling import two_layer_mean
+
 try:
     from sentence_transformers.base.modules.module import Module
     from sentence_transformers.base.modules.transformer import Transformer
@@ -79,9 +81,9 @@ class LayerAveragePooling(Module):
         first, second = hidden[self.layers[0]], hidden[self.layers[1]]
         out_dtype = first.dtype
         acc = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
-        tokens = (first.to(acc) + second.to(acc)) / 2.0
+        first, second = first.to(acc), second.to(acc)
         if "cu_seq_lens_q" in features:  # flash-attention unpadding: (1, total_tokens, d), one segment per row
-            tokens = tokens.squeeze(0)
+            tokens = ((first + second) / 2.0).squeeze(0)
             bounds = features["cu_seq_lens_q"]
             lengths = bounds[1:] - bounds[:-1]
             segments = torch.repeat_interleave(torch.arange(lengths.numel(), device=tokens.device), lengths)
@@ -90,10 +92,9 @@ class LayerAveragePooling(Module):
             pooled = summed / lengths.clamp_min(1).unsqueeze(1).to(acc)
         else:
             mask = features.get("attention_mask")
-            if mask is None or mask.shape[-1] != tokens.shape[1]:
-                mask = torch.ones(tokens.shape[:-1], device=tokens.device, dtype=torch.int64)
-            mask = mask.unsqueeze(-1).to(acc)
-            pooled = (tokens * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+            if mask is None or mask.shape[-1] != first.shape[1]:
+                mask = torch.ones(first.shape[:-1], device=first.device, dtype=torch.int64)
+            pooled = two_layer_mean(first, second, mask)
         features["sentence_embedding"] = pooled.to(out_dtype)
         return features
 

@@ -12,6 +12,7 @@ from mixcse.models import formats
 from mixcse.errors import MixCSEError
 from mixcse.models.formats import LAYER_POOLERS
 from mixcse.models.hub import resolve_model
+from mixcse.models.pooling import pool
 
 # cls: [CLS] + MLP head (SimCSE/MixCSE training pooler); cls_before_pooler: raw [CLS];
 # avg: mean of the last layer; avg_first_last: mean of (first transformer layer + last) / 2 - layer 1, not the
@@ -29,11 +30,6 @@ class MLPHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.activation(self.dense(x))
-
-
-def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
 
 
 class Encoder(nn.Module):
@@ -85,16 +81,10 @@ class Encoder(nn.Module):
         return torch.cat(pooled).index_select(0, torch.argsort(order))
 
     def _pool(self, batch: dict[str, torch.Tensor], use_head: bool) -> torch.Tensor:
-        layers = LAYER_POOLERS.get(self.pooler)
-        outputs = self.backbone(**batch, output_hidden_states=layers is not None, return_dict=True)
-        mask = batch["attention_mask"]
-        if self.pooler in ("cls", "cls_before_pooler"):
-            pooled = outputs.last_hidden_state[:, 0]
-        elif self.pooler == "avg":
-            pooled = masked_mean(outputs.last_hidden_state, mask)
-        else:
-            hs = outputs.hidden_states
-            pooled = masked_mean((hs[layers[0]] + hs[layers[1]]) / 2.0, mask)
+        layers = self.pooler in LAYER_POOLERS
+        outputs = self.backbone(**batch, output_hidden_states=layers, return_dict=True)
+        pooled = pool(self.pooler, outputs.hidden_states if layers else outputs.last_hidden_state,
+                      batch["attention_mask"])
         if use_head and self.head is not None:
             pooled = self.head(pooled)
         return pooled

@@ -7,7 +7,6 @@ the torch `SentenceEncoder`, computed by onnxruntime on ``onnx/model.onnx`` (the
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -15,25 +14,18 @@ import numpy as np
 
 from mixcse.errors import MixCSEError
 from mixcse.models.formats import ModelDirInfo, read_model_dir
-from mixcse.models.search import EncoderMethods
-from mixcse.utils.progress import Progress
+from mixcse.models.inference import EncoderBase
+from mixcse.models.pooling import pool
+from mixcse.utils.files import file_digest
 
 ONNX_DIR = "onnx"
-ONNX_FILES = {"fp32": "model.onnx", "int8": "model_qint8.onnx"}  # precision -> file in onnx/
+ONNX_FILES = {"fp32": "model.onnx", "int8": "model_qint8.onnx"}  # each of PRECISIONS["onnx"] -> its file in onnx/
 ONNX_POOLERS = ("cls_before_pooler", "cls", "avg")  # poolers of last_hidden_state (no per-layer outputs)
 
 
 def onnx_file(model_dir: str | os.PathLike, precision: str = "fp32") -> Path:
     """Where a model folder keeps its ONNX graph: ``onnx/`` next to the transformer's config.json."""
     return Path(read_model_dir(model_dir, framework="np").backbone_path) / ONNX_DIR / ONNX_FILES[precision]
-
-
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()[:20]
 
 
 def _max_positions(config_file: Path) -> int | None:
@@ -56,9 +48,10 @@ def open_graph(path: str | os.PathLike, threads: int | None = None):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-class OnnxSentenceEncoder(EncoderMethods):
+class OnnxSentenceEncoder(EncoderBase):
     """Frozen sentence embeddings from an exported ONNX graph; the interface of `SentenceEncoder` (encode,
-    search, similarity, pooler, max_seq_length, fingerprint, precision, dimension)."""
+    search, similarity, pooler, max_seq_length, fingerprint, precision, dimension): `EncoderBase`'s encode loop
+    around onnxruntime's forward pass."""
 
     backend = "onnx"
 
@@ -115,7 +108,7 @@ class OnnxSentenceEncoder(EncoderMethods):
             raise MixCSEError(f"cannot load {graph}: {str(exc).splitlines()[0][:300]}") from None
         limit = _max_positions(Path(info.backbone_path) / "config.json") or 512
         max_seq_length = min(info.max_seq_length or limit, limit)
-        fingerprint = f"onnx-{precision}-{_file_digest(graph)}-{chosen}"
+        fingerprint = f"onnx-{precision}-{file_digest(graph)[:20]}-{chosen}"
         return cls(runtime, tokenizer, pooler=chosen, head=head, max_seq_length=max_seq_length,
                    max_positions=limit, fingerprint=fingerprint, precision=precision)
 
@@ -123,41 +116,18 @@ class OnnxSentenceEncoder(EncoderMethods):
     def pooler(self) -> str:
         return self._pooler
 
+    @classmethod
+    def open(cls, name_or_path: str | os.PathLike, *, pooler: str | None = None, precision: str = "fp32",
+             device: str | None = None, threads: int | None = None, trust_remote_code: bool = False):
+        """The onnx backend of `mixcse.models.inference.open_encoder` (which refuses ``device`` and
+        ``trust_remote_code`` for it)."""
+        return cls.load(name_or_path, pooler=pooler, precision=precision, threads=threads)
+
     def _forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         feed = {"input_ids": input_ids, "attention_mask": attention_mask}
         if "token_type_ids" in self._inputs:
             feed["token_type_ids"] = np.zeros_like(input_ids)  # what the torch path's backbone defaults to
-        hidden = self.graph.run(None, {k: feed[k] for k in self._inputs})[0]
-        if self._pooler in ("cls", "cls_before_pooler"):
-            pooled = hidden[:, 0]
-        else:  # avg: mean over the real tokens
-            mask = attention_mask[..., None].astype(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / np.clip(mask.sum(1), 1.0, None)
+        pooled = pool(self._pooler, self.graph.run(None, {k: feed[k] for k in self._inputs})[0], attention_mask)
         if self._head is not None:
             pooled = np.tanh(pooled @ self._head["dense.weight"].T + self._head["dense.bias"])
         return pooled.astype(np.float32, copy=False)
-
-    def encode(self, sentences: list[str], batch_size: int = 64, show_progress: bool = False,
-               progress_every: float = 30.0) -> np.ndarray:
-        """(len(sentences), d) float32 embeddings, in input order; batches as `SentenceEncoder.encode` makes them."""
-        if isinstance(sentences, str):
-            raise TypeError("encode takes a list of sentences, not a single string")
-        n = len(sentences)
-        out = np.empty((n, self.dimension), dtype=np.float32)
-        if n == 0:
-            return out
-        ids = self.tokenizer(list(sentences), truncation=True, max_length=self.max_seq_length,
-                             add_special_tokens=True)["input_ids"]
-        order = np.argsort([-len(x) for x in ids], kind="stable")
-        with Progress(n, "encode", "sentences", enabled=show_progress, every_seconds=progress_every) as progress:
-            for start in range(0, n, batch_size):
-                idx = order[start:start + batch_size]
-                batch = self.tokenizer.pad({"input_ids": [ids[i] for i in idx]}, return_tensors="np")
-                out[idx] = self._forward(batch["input_ids"].astype(np.int64),
-                                         batch["attention_mask"].astype(np.int64))
-                progress.update(len(idx))
-        return out
-
-    __call__ = encode
-
-

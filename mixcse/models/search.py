@@ -8,7 +8,7 @@ import numpy as np
 
 from mixcse.errors import MixCSEError
 
-BACKENDS = ("auto", "numpy", "faiss")
+INDEXES = ("auto", "numpy", "faiss")  # exact search engines (`mixcse search --index`)
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
 
 
 def resolve_backend(backend: str) -> str:
-    if backend not in BACKENDS:
-        raise MixCSEError(f"unknown search backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend not in INDEXES:
+        raise MixCSEError(f"unknown search backend {backend!r}; choose one of {', '.join(INDEXES)}")
     if backend == "auto":
         return "faiss" if faiss_available() else "numpy"
     if backend == "faiss" and not faiss_available():
@@ -83,39 +83,3 @@ def top_k_cosine(queries: np.ndarray, corpus: np.ndarray, top_k: int, *, backend
         indices[start:start + block] = best_i
         scores[start:start + block] = best_s
     return scores, indices
-
-
-class EncoderMethods:
-    """`search` and `similarity` for any encoder class with ``encode(list[str], batch_size=...)`` (torch or ONNX)."""
-
-    def search(self, queries: str | list[str], corpus: list[str] | np.ndarray, top_k: int = 5, *,
-               batch_size: int = 64, backend: str = "auto") -> list[list[SearchHit]]:
-        """The ``top_k`` corpus entries closest to each query by cosine similarity, best first.
-
-        ``queries``: a sentence or a list of them. ``corpus``: a list of sentences (encoded here) or an (n, d)
-        array of this encoder's embeddings (from ``encode`` or ``mixcse encode``). Returns one list of
-        ``SearchHit(index, score, sentence)`` per query; ``sentence`` is None when the corpus was given as an array.
-        Exact search, with faiss when installed (``backend="auto"``), else numpy.
-        """
-        queries = [queries] if isinstance(queries, str) else list(queries)
-        if not queries:
-            return []
-        sentences = None
-        if isinstance(corpus, np.ndarray):
-            corpus_emb = corpus
-        else:
-            sentences = list(corpus)
-            corpus_emb = self.encode(sentences, batch_size=batch_size)
-        scores, indices = top_k_cosine(self.encode(queries, batch_size=batch_size), corpus_emb, top_k,
-                                       backend=backend)
-        return [[SearchHit(int(i), float(s), sentences[i] if sentences is not None else None)
-                 for s, i in zip(row_s, row_i)] for row_s, row_i in zip(scores, indices)]
-
-    @staticmethod
-    def similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Cosine similarity matrix between rows of a and rows of b."""
-        a = np.atleast_2d(a).astype(np.float32)
-        b = np.atleast_2d(b).astype(np.float32)
-        a = a / np.clip(np.linalg.norm(a, axis=1, keepdims=True), 1e-12, None)
-        b = b / np.clip(np.linalg.norm(b, axis=1, keepdims=True), 1e-12, None)
-        return a @ b.T

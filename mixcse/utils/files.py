@@ -8,6 +8,8 @@ Atomic writes leave files with the permissions of any other file the user create
 - ``normal_file_mode()``: the mode ``open(path, "w")`` would give a new file.
 - ``unwritable_reason(path)``: why a file could not be created at ``path`` (a folder is there, or a parent is a
   file), or None; lets a command refuse bad output paths before its slow work.
+- ``file_digest(paths, algorithm="sha256")``: the hex digest of a file's bytes, or of several files' bytes read one
+  after another into one hash (weights fingerprints, graph digests, cache keys, download checksums).
 
 Why: ``tempfile.mkstemp`` creates 0600 files, and a rename keeps that mode, so a plain temp-and-rename leaves
 outputs that other users (or a web server) cannot read.
@@ -25,6 +27,7 @@ JSON in and out of files: strict values for writing, and two readers with differ
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -69,6 +72,17 @@ def check_new_output(path: str | os.PathLike, overwrite: bool, flag: str = "--ou
     if path.exists() and not overwrite:
         raise MixCSEError(f"{path} exists; pass --overwrite to replace it")
     return path
+
+
+def file_digest(paths: str | os.PathLike | list, *, algorithm: str = "sha256", prefix: bytes = b"",
+                **params) -> str:
+    """The hex digest of ``prefix`` followed by the bytes of ``paths`` (one file, or several in the order given),
+    read in chunks (hashlib.file_digest). ``params``: the hash's own (``digest_size=16`` for blake2b)."""
+    digest = hashlib.new(algorithm, prefix, **params)
+    for path in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
+        with open(path, "rb") as fh:
+            hashlib.file_digest(fh, lambda: digest)  # updates ``digest`` itself
+    return digest.hexdigest()
 
 
 def _fsync(path: str | os.PathLike) -> None:
