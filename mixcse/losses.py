@@ -14,7 +14,7 @@ MixCSE adds, for every j != i, a mixed hard negative built from view 2 under sto
 
 and symmetrically with h'_i as the anchor and m_ij = normalize(lambda h_i + (1 - lambda) h_j); the loss is the mean
 of the two directions. The mixed logits are computed in closed form from N x N matrices, never materialising the
-N x N x d mixtures (``mixed_similarities``; ``materialised_mixcse_loss`` builds them, for checks and timing):
+N x N x d mixtures (``mixed_similarities``; tests/reference.py builds them, for checks):
 
     h_i.m'_ij = (lambda h_i.h'_i + (1 - lambda) h_i.h'_j) / ||lambda h'_i + (1 - lambda) h'_j||
     ||.||^2   = lambda^2 + (1 - lambda)^2 + 2 lambda (1 - lambda) h'_i.h'_j
@@ -317,29 +317,3 @@ def training_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveObje
         return out
     kd = distillation_loss(z1, z2, teacher, objective.temperature, rows)
     return LossOutput(out.loss + distill_weight * kd, out.simcse_loss, {**out.stats, "distill_loss": kd.detach()})
-
-
-def materialised_mixcse_loss(z1: torch.Tensor, z2: torch.Tensor, lam: float = 0.2, tau: float = 0.05) -> torch.Tensor:
-    """The paper's MixCSE loss (both directions, stop-gradient on the mixtures) with the mixtures materialised.
-
-    m'_ij = normalize(lam h'_i + (1 - lam) h'_j) is built as an (N, N, d) tensor; the mixed logit is h_i . m'_ij.
-    Written to be as lean as a materialising implementation can be without chunking: mixtures built under no_grad
-    (they are constants), normalised in place, contracted with a batched mat-vec (no copy), so the reference's
-    peak is about one (N, N, d) tensor per direction (both are kept for backward).
-    """
-    h1, h2 = F.normalize(z1, dim=-1), F.normalize(z2, dim=-1)
-    n = h1.shape[0]
-    labels = torch.arange(n)
-    eye = torch.eye(n, dtype=torch.bool)
-
-    def one_direction(anchors: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
-        sim = anchors @ positives.T
-        with torch.no_grad():
-            p = positives.detach()
-            mix = lam * p.unsqueeze(1) + (1.0 - lam) * p.unsqueeze(0)  # mix[i, j] = lam h'_i + (1 - lam) h'_j
-            mix.div_(torch.linalg.vector_norm(mix, dim=-1, keepdim=True).clamp_min_(1e-12))
-        mixed = (mix @ anchors.unsqueeze(-1)).squeeze(-1)  # mixed[i, j] = h_i . m'_ij
-        mixed = mixed.masked_fill(eye, float("-inf"))  # j = i is the positive mixed with itself: not a negative
-        return F.cross_entropy(torch.cat([sim / tau, mixed / tau], dim=1), labels)
-
-    return (one_direction(h1, h2) + one_direction(h2, h1)) / 2

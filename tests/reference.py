@@ -5,9 +5,10 @@
                                                             vector; ``exclude[i][j]`` drops j from anchor i's terms
     literal_released(z1, z2, lam, tau)                      the released code's loss (docs/released-code.md), loops
     literal_distillation(z1, z2, teacher, tau)              KL of the in-batch similarity distributions, loops
+    materialised_mixcse_loss(z1, z2, lam, tau)              the paper's loss with the (N, N, d) mixtures built
 
 All take two (N, d) views, row i of each = sentence i, and return a scalar tensor differentiable in z1 and z2.
-Used by tests/test_losses.py (with ``mixcse.losses.materialised_mixcse_loss``, the (N, N, d) form).
+Used by tests/test_losses.py.
 """
 
 from __future__ import annotations
@@ -74,3 +75,29 @@ def literal_released(z1, z2, lam, tau):
         logits = torch.stack(s + a + b)
         total = total - (logits[i] - torch.logsumexp(logits, 0))
     return total / n
+
+
+def materialised_mixcse_loss(z1: torch.Tensor, z2: torch.Tensor, lam: float = 0.2, tau: float = 0.05) -> torch.Tensor:
+    """The paper's MixCSE loss (both directions, stop-gradient on the mixtures) with the mixtures materialised.
+
+    m'_ij = normalize(lam h'_i + (1 - lam) h'_j) is built as an (N, N, d) tensor; the mixed logit is h_i . m'_ij.
+    Written to be as lean as a materialising implementation can be without chunking: mixtures built under no_grad
+    (they are constants), normalised in place, contracted with a batched mat-vec (no copy), so the reference's
+    peak is about one (N, N, d) tensor per direction (both are kept for backward).
+    """
+    h1, h2 = F.normalize(z1, dim=-1), F.normalize(z2, dim=-1)
+    n = h1.shape[0]
+    labels = torch.arange(n)
+    eye = torch.eye(n, dtype=torch.bool)
+
+    def one_direction(anchors: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
+        sim = anchors @ positives.T
+        with torch.no_grad():
+            p = positives.detach()
+            mix = lam * p.unsqueeze(1) + (1.0 - lam) * p.unsqueeze(0)  # mix[i, j] = lam h'_i + (1 - lam) h'_j
+            mix.div_(torch.linalg.vector_norm(mix, dim=-1, keepdim=True).clamp_min_(1e-12))
+        mixed = (mix @ anchors.unsqueeze(-1)).squeeze(-1)  # mixed[i, j] = h_i . m'_ij
+        mixed = mixed.masked_fill(eye, float("-inf"))  # j = i is the positive mixed with itself: not a negative
+        return F.cross_entropy(torch.cat([sim / tau, mixed / tau], dim=1), labels)
+
+    return (one_direction(h1, h2) + one_direction(h2, h1)) / 2

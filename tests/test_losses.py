@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from reference import literal_distillation, literal_loss, literal_released
+from reference import literal_distillation, literal_loss, literal_released, materialised_mixcse_loss
 
 from mixcse.losses import (
     PRESETS,
@@ -13,7 +13,6 @@ from mixcse.losses import (
     bounded_lambda,
     contrastive_loss,
     distillation_loss,
-    materialised_mixcse_loss,
     mixed_similarities,
     objective_from_preset,
     training_loss,

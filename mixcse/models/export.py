@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -35,7 +34,7 @@ import numpy as np
 
 from mixcse.errors import MixCSEError
 from mixcse.models.onnx_backend import ONNX_DIR, ONNX_FILES, ONNX_POOLERS, open_graph
-from mixcse.utils.files import normal_file_mode, unwritable_reason
+from mixcse.utils.files import check_new_folder, staged_folder
 
 FORMATS = ("onnx",)
 QUANTIZATIONS = ("int8",)
@@ -59,14 +58,6 @@ def _check_packages() -> None:
         raise MixCSEError(f"export to ONNX needs {', '.join(missing)}: pip install 'mixcse[onnx]'")
 
 
-def _check_output(output: Path) -> None:
-    if output.exists() or output.is_symlink():
-        raise MixCSEError(f"output {output} exists; choose a new folder")
-    reason = unwritable_reason(output)
-    if reason:
-        raise MixCSEError(f"cannot write --output {output}: {reason}")
-
-
 @contextlib.contextmanager
 def _quiet():
     """The exporter and the quantiser report their steps on stdout, warnings and log records: not the user's
@@ -78,18 +69,6 @@ def _quiet():
             yield
         finally:
             logging.disable(logging.NOTSET)
-
-
-def _normal_modes(root: Path) -> None:
-    """Folders and files as the user's umask would make them (mkdtemp and temp files are private)."""
-    file_mode = normal_file_mode()
-    dir_mode = file_mode | ((file_mode & 0o444) >> 2)  # +x wherever +r
-    os.chmod(root, dir_mode)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames:
-            os.chmod(os.path.join(dirpath, name), dir_mode)
-        for name in filenames:
-            os.chmod(os.path.join(dirpath, name), file_mode)
 
 
 def _graph_module(backbone):
@@ -262,7 +241,7 @@ def export_onnx(model_dir: str | os.PathLike, output: str | os.PathLike, quantiz
         raise MixCSEError(f"--quantize must be one of {', '.join(QUANTIZATIONS)}, not {quantize!r}")
     _check_packages()
     output = Path(output)
-    _check_output(output)
+    check_new_folder(output)
     model_dir = str(model_dir)
     if not os.path.isdir(model_dir):
         raise MixCSEError(f"{model_dir} is not a model folder" if os.path.exists(model_dir)
@@ -280,12 +259,7 @@ def export_onnx(model_dir: str | os.PathLike, output: str | os.PathLike, quantiz
                           f"layer only (poolers {', '.join(ONNX_POOLERS)})")
     names = _input_names(backbone, tokenizer)
     layout_is_st = (Path(model_dir) / "modules.json").is_file()
-    created = [d for d in reversed(output.absolute().parents) if not d.exists()]  # removed again on failure
-    output.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    done = False
-    try:
-        staging = work / "model"
+    with staged_folder(output) as staging:
         if layout_is_st:  # a sentence-transformers / mixcse folder: kept as it is, a stale onnx/ left out
             shutil.copytree(model_dir, staging,
                             ignore=lambda _, files: [f for f in files if f.startswith(".") or f == ONNX_DIR])
@@ -293,17 +267,8 @@ def export_onnx(model_dir: str | os.PathLike, output: str | os.PathLike, quantiz
             encoder.save(staging, tokenizer, max_seq_length=info["max_seq_length"])
         graph_dir = Path(read_model_dir(staging, framework="np").backbone_path) / ONNX_DIR
         report = {"output": str(output), "inputs": names,
-                  **_write_graphs(backbone, tokenizer, names, work, graph_dir, fuse=fuse, quantize=quantize)}
+                  **_write_graphs(backbone, tokenizer, names, staging.parent, graph_dir, fuse=fuse,
+                                  quantize=quantize)}
         report["files"] = {str(f.relative_to(staging)): f.stat().st_size for f in report.pop("paths")}
         _describe(staging, graph_dir, report)
-        if output.exists():  # appeared while exporting
-            raise MixCSEError(f"output {output} exists; choose a new folder")
-        _normal_modes(staging)
-        os.replace(staging, output)
-        done = True
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        for folder in reversed(created if not done else []):
-            with contextlib.suppress(OSError):
-                folder.rmdir()
     return report

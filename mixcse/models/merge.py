@@ -41,23 +41,20 @@ folder beside the output and renamed into place: a failure leaves nothing behind
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import functools
 import json
 import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from mixcse.errors import MixCSEError
 from mixcse.models import formats
-from mixcse.models.export import _check_output, _normal_modes
 from mixcse.models.hub import offline_copy
-from mixcse.utils.files import read_json_or_none
+from mixcse.utils.files import check_new_folder, normal_modes, read_json_or_none, staged_folder
 
 WEIGHT_TOLERANCE = 1e-6  # |sum of the weights - 1|
 CONFIG_FIELDS_IGNORED = ("_name_or_path", "transformers_version", "torch_dtype", "dtype", "architectures")
@@ -239,7 +236,7 @@ def _copy_with_weights(first: Path, info: formats.ModelDirInfo, encoder, staging
     from safetensors.torch import save_file
 
     shutil.copytree(first, staging, ignore=_ignored)
-    _normal_modes(staging)  # a read-only input gives read-only copies
+    normal_modes(staging)  # a read-only input gives read-only copies
     backbone_dir = staging / Path(info.backbone_path).relative_to(first)
     saved = work / "backbone"
     encoder.backbone.save_pretrained(saved, safe_serialization=True)
@@ -273,28 +270,12 @@ def _record_merge(staging: Path, pooler: str, merge: dict) -> None:
 def _write_output(output: Path, first: str, info: formats.ModelDirInfo, loaded: tuple, merge: dict) -> None:
     """Build the output in a staging folder beside it, then rename; on failure nothing is left behind."""
     encoder, tokenizer, load_info = loaded
-    created = [d for d in reversed(output.absolute().parents) if not d.exists()]  # removed again on failure
-    output.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    done = False
-    try:
-        staging = work / "model"
+    with staged_folder(output) as staging:
         if (Path(first) / "modules.json").is_file():
-            _copy_with_weights(Path(first), info, encoder, staging, work)
+            _copy_with_weights(Path(first), info, encoder, staging, staging.parent)
         else:  # a plain Hugging Face folder: mixcse's layout, which records the pooler used
             encoder.save(staging, tokenizer, max_seq_length=load_info["max_seq_length"])
         _record_merge(staging, encoder.test_pooler, merge)
-        if output.exists() or output.is_symlink():  # appeared while merging
-            raise MixCSEError(f"output {output} exists; choose a new folder")
-        _normal_modes(staging)
-        os.replace(staging, output)
-        done = True
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        for folder in reversed(created if not done else []):
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-
 
 def merge_models(paths: list[str | os.PathLike], weights: list[float] | None = None, *,
                  output: str | os.PathLike, allow_extrapolation: bool = False) -> dict:
@@ -308,7 +289,7 @@ def merge_models(paths: list[str | os.PathLike], weights: list[float] | None = N
         raise MixCSEError(f"merge needs at least two models, got {len(names)}")
     weights = check_weights(weights, len(names), allow_extrapolation)
     output = Path(output)
-    _check_output(output)
+    check_new_folder(output)
     found = [_model_folder(name) for name in names]
     folders, infos = [folder for folder, _ in found], [info for _, info in found]
     _check_same_architecture(names, [_config(name, info) for name, info in zip(names, infos)])

@@ -8,6 +8,10 @@ Atomic writes leave files with the permissions of any other file the user create
 - ``normal_file_mode()``: the mode ``open(path, "w")`` would give a new file.
 - ``unwritable_reason(path)``: why a file could not be created at ``path`` (a folder is there, or a parent is a
   file), or None; lets a command refuse bad output paths before its slow work.
+- ``staged_folder(output)``: context manager yielding an empty staging folder beside ``output`` (a new folder);
+  when the block ends without an exception the folder gets normal modes and is renamed onto ``output``; otherwise
+  it is removed, with any parent folders it created. ``check_new_folder(output)`` refuses an existing or unwritable
+  ``output`` before the slow work.
 - ``file_digest(paths, algorithm="sha256")``: the hex digest of a file's bytes, or of several files' bytes read one
   after another into one hash (weights fingerprints, graph digests, cache keys, download checksums).
 
@@ -72,6 +76,51 @@ def check_new_output(path: str | os.PathLike, overwrite: bool, flag: str = "--ou
     if path.exists() and not overwrite:
         raise MixCSEError(f"{path} exists; pass --overwrite to replace it")
     return path
+
+
+def check_new_folder(output: Path) -> None:
+    """Refuse an ``output`` folder that exists or cannot be created (`MixCSEError`)."""
+    if output.exists() or output.is_symlink():
+        raise MixCSEError(f"output {output} exists; choose a new folder")
+    reason = unwritable_reason(output)
+    if reason:
+        raise MixCSEError(f"cannot write --output {output}: {reason}")
+
+
+def normal_modes(root: Path) -> None:
+    """Folders and files under ``root`` as the user's umask would make them (mkdtemp and temp files are private)."""
+    file_mode = normal_file_mode()
+    dir_mode = file_mode | ((file_mode & 0o444) >> 2)  # +x wherever +r
+    os.chmod(root, dir_mode)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            os.chmod(os.path.join(dirpath, name), dir_mode)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), file_mode)
+
+
+@contextlib.contextmanager
+def staged_folder(output: Path) -> Iterator[Path]:
+    """A staging folder (``<work>/model``, not yet created) beside ``output`` that becomes ``output`` when the block
+    succeeds; on failure nothing is left behind, not even the parent folders made for it."""
+    import shutil
+
+    created = [d for d in reversed(output.absolute().parents) if not d.exists()]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    done = False
+    try:
+        yield work / "model"
+        if output.exists() or output.is_symlink():  # appeared meanwhile
+            raise MixCSEError(f"output {output} exists; choose a new folder")
+        normal_modes(work / "model")
+        os.replace(work / "model", output)
+        done = True
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        for folder in reversed(created if not done else []):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def file_digest(paths: str | os.PathLike | list, *, algorithm: str = "sha256", prefix: bytes = b"",
