@@ -176,7 +176,7 @@ def profile(args) -> None:
         result["top_ops"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20)
         print(result["top_ops"])
     print("\n".join(f"  {phase:32s} {ms:9.1f} ms" for phase, ms in result["phases_ms"].items()))
-    previous = common.RESULTS / "profile_step.json"  # its AdamW comparison (runnable at commit f83854b) stays
+    previous = common.RESULTS / "profile_step.json"  # its AdamW comparison (docs/archive.md) stays
     if previous.exists():
         result.update({k: v for k, v in json.loads(previous.read_text()).items() if k == "adamw"})
     save(args, "profile_step", result)
