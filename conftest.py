@@ -81,6 +81,17 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_avg_model(tiny_bert, tmp_path_factory) -> Path:
+    """tiny_bert saved as a mixcse model folder with mean pooling (an inference model: no MLP head)."""
+    from mixcse.models.encoder import load_encoder
+
+    encoder, tokenizer, _ = load_encoder(str(tiny_bert), pooler="avg")
+    path = tmp_path_factory.mktemp("tiny-avg") / "model"
+    encoder.save(path, tokenizer)
+    return path
+
+
+@pytest.fixture(scope="session")
 def tiny_modernbert(tmp_path_factory) -> Path:
     vocab = FILLER + [w for topic in TOPICS for w in topic]
     return make_tiny_modernbert(tmp_path_factory.mktemp("tiny-modernbert"), vocab=vocab)

@@ -7,7 +7,6 @@ import pytest
 
 from mixcse.models import search as search_mod
 from mixcse.cli import main
-from mixcse.models.encoder import load_encoder
 from mixcse.models.sentence_encoder import SentenceEncoder
 
 # Lengths vary so that length-sorted batches reorder them.
@@ -17,11 +16,8 @@ SENTENCES = ["t0w1 t0w2 the t1w3", "a t3w4 t3w5 t3w6 t3w7 of t5w1 t5w2 t5w3 t5w4
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_bert, tmp_path_factory):
-    encoder, tokenizer, _ = load_encoder(str(tiny_bert), pooler="avg")
-    path = tmp_path_factory.mktemp("cli-model") / "model"
-    encoder.save(path, tokenizer)
-    return path
+def model_dir(tiny_avg_model):
+    return tiny_avg_model
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ import torch
 
 from mixcse.errors import MixCSEError
 from mixcse.models import pooling
-from mixcse.models.encoder import load_encoder
 from mixcse.models.inference import BACKENDS, EncoderBase, open_encoder
 from mixcse.models.sentence_encoder import SentenceEncoder, _fingerprint
 from mixcse.utils.files import file_digest
@@ -76,11 +75,8 @@ def test_layer_average_pooling_of_sentence_transformers_uses_the_same_pooler():
 
 # ------------------------------------------------------------------------------------------- the encode loop
 @pytest.fixture(scope="module")
-def model_dir(tiny_bert, tmp_path_factory):
-    encoder, tokenizer, _ = load_encoder(str(tiny_bert), pooler="avg")
-    path = tmp_path_factory.mktemp("inference") / "model"
-    encoder.save(path, tokenizer)
-    return path
+def model_dir(tiny_avg_model):
+    return tiny_avg_model
 
 
 def _by_hand(tokenizer, sentences, batch_size, forward):

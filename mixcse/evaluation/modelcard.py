@@ -61,6 +61,13 @@ def _model_name(best_dir: Path) -> str:
     return best_dir.parent.name if best_dir.name == "best" and best_dir.parent.name else best_dir.name
 
 
+def _task_table(section: dict, order, field: str) -> list[str]:
+    """One row of ``field`` per task of ``section`` in ``order``, then the section's average."""
+    keys = _ordered(section, order)
+    return markdown_table([label(k) for k in keys] + ["Avg."],
+                          [[number(section[k].get(field)) for k in keys] + [number(section.get("avg"))]], centred=True)
+
+
 def _ordered(results: dict, canonical: tuple[str, ...]) -> list[str]:
     keys = [k for k in canonical if k in results]
     extra = [k for k in results if k not in keys and k not in ("avg", "settings") and isinstance(results[k], dict)]
@@ -160,25 +167,19 @@ def _eval_section(eval_results: dict) -> list[str]:
     settings = eval_results.get("settings") or {}
     sts = eval_results.get("sts")
     if isinstance(sts, dict) and sts:
-        keys = _ordered(sts, STS_TASKS)
         lines += ["STS: Spearman correlation x100 of cosine similarities (SentEval protocol, 'all' aggregation for "
                   "STS12-16).", ""]
-        lines += markdown_table([label(k) for k in keys] + ["Avg."],
-                                [[number(sts[k].get("spearman")) for k in keys] + [number(sts.get("avg"))]],
-                                centred=True)
+        lines += _task_table(sts, STS_TASKS, "spearman")
         lines.append("")
     transfer = eval_results.get("transfer")
     if isinstance(transfer, dict) and transfer:
-        keys = _ordered(transfer, TRANSFER_TASKS)
         mode = settings.get("mode")
         probe = settings.get("classifier")
         probe = probe.get("classifier") if isinstance(probe, dict) else None
         details = ", ".join(x for x in (f"mode {mode}" if mode else "", f"probe {probe}" if probe else "") if x)
         lines += ["Transfer: test accuracy x100 of a logistic regression on the frozen embeddings"
                   + (f" (SentEval, {details})." if details else " (SentEval)."), ""]
-        lines += markdown_table([label(k) for k in keys] + ["Avg."],
-                                [[number(transfer[k].get("acc")) for k in keys] + [number(transfer.get("avg"))]],
-                                centred=True)
+        lines += _task_table(transfer, TRANSFER_TASKS, "acc")
         lines.append("")
     retrieval = eval_results.get("retrieval")
     if isinstance(retrieval, dict) and retrieval:
