@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import itertools
 import json
@@ -44,6 +45,7 @@ MAIN_JOB_RECIPE = "recipes/domain/products-minilm-mixcse.yaml"
 RECIPES = {"products": MAIN_JOB_RECIPE, "medical": "recipes/domain/medical-questions-minilm-mixcse.yaml"}
 MIXCSE_METHODS = ("simcse", "mixcse", "mixcse-single", "mixcse-wo-sg")
 METHODS = MIXCSE_METHODS + ("tsdae", "ct", "mnrl", "mnrl-hard")
+LEVERS = ("positives", "false_negative_threshold", "distill_weight", "interpolate", "guard_data", "guard_tolerance")
 # the base of every row (mixcse config keys; the sentence-transformers rows map them onto their trainer)
 DEFAULTS = {"max_steps": 200, "batch_size": 64, "learning_rate": 1e-5, "max_seq_length": 32, "temperature": 0.05,
             "eval_steps": 50}
@@ -240,13 +242,16 @@ def similarity_isolated(run: tuple, out: Path, in_process: bool) -> dict:
 
 
 def row_label(domain: str, method: str, settings: dict) -> str:
-    """The method, the settings that differ from the base recipe, and whether they are the shipped recipe's."""
-    from mixcse.training.config import load_recipe
+    """The method and the settings that differ from the base; "shipped recipe" where they are its recipe's."""
+    from mixcse.training.config import TrainConfig, load_recipe
 
-    recipe = load_recipe(common.REPO / RECIPES[domain]).to_dict()
-    shipped = method == recipe["loss"] and all(recipe.get(k) == v for k, v in settings.items())
+    path = common.REPO / RECIPES[domain].replace("-mixcse.yaml", f"-{method}.yaml")
+    if path.is_file():
+        recipe, default = load_recipe(path).to_dict(), {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        if all(recipe.get(k) == settings.get(k, default[k]) for k in {*settings, *LEVERS}):
+            return f"{method}, shipped recipe"
     key = settings_key(settings)
-    return f"{method} ({key})" + (" = shipped recipe" if shipped else "") if key != "recipe" else method
+    return f"{method} ({key})" if key != "recipe" else method
 
 
 def similarity_rows(results: dict, domain: str) -> list[dict]:
@@ -295,12 +300,12 @@ def render_decision(results: dict | None = None) -> str:
         rows, test = main_machine(similarity_rows(results, domain)), DOMAINS[domain]["test"] + "_ap"
         if not rows:
             continue
-        table = [["start model (all-MiniLM-L6-v2)", "–", f"{zs[test]:.2f}", "–", "–", f"{zs['rqe_test_ap']:.2f}",
+        table = [["start model (all-MiniLM-L6-v2)", "–", f"{zs[test]:.2f}", "–", "–", "–", f"{zs['rqe_test_ap']:.2f}",
                   f"{zs['stsb_test']:.2f}", "–"]]
         table += [[r["label"], str(r["seeds"]), fmt(r[test]), fmt_diff(r["vs_start"]), fmt_diff(r.get("vs_simcse")),
-                   fmt(r["rqe_test_ap"]), fmt(r["stsb_test"]), r["machine"]] for r in rows]
+                   fmt_diff(r.get("vs_tsdae")), fmt(r["rqe_test_ap"]), fmt(r["stsb_test"]), r["machine"]] for r in rows]
         out += [f"**{domain}** (test: {PAIRS[DOMAINS[domain]['test']].parent.parent.name} test pairs, AP x100)", "",
-                *markdown_table(["row", "n", "test AP", "vs start", "vs SimCSE (paired by seed)", "RQE test AP",
+                *markdown_table(["row", "n", "test AP", "vs start", "vs SimCSE", "vs TSDAE", "RQE test AP",
                                  "STS-B test", "machine"], table), ""]
     return "\n".join(out + ["n: seeds; mean ± std over seeds; differences paired by seed: mean ± std, seeds ahead, "
                             "two-sided t-test p; bold where p < 0.05. Rows never pool machines; the rows of other "
