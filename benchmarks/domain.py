@@ -342,12 +342,12 @@ def render_readme_domain() -> str:
     for domain in DOMAINS:
         test, zs = DOMAINS[domain]["test"] + "_ap", results["zero_shot"]
         table.append([domain, "start model", "–", f"{zs[test]:.2f}", "–", "–", f"{zs['rqe_test_ap']:.2f}",
-                      f"{zs['stsb_test']:.2f}"])
+                      f"{zs['stsb_test']:.2f}", "–"])
         table += [[domain, r["label"], str(r["seeds"]), fmt(r[test]), fmt_diff(r["vs_start"]),
-                   fmt_diff(r.get("vs_simcse")), fmt(r["rqe_test_ap"]), fmt(r["stsb_test"])]
+                   fmt_diff(r.get("vs_simcse")), fmt(r["rqe_test_ap"]), fmt(r["stsb_test"]), r["machine"]]
                   for r in main_machine(similarity_rows(results, domain)) if r["seeds"] >= 3]
     return "\n".join(markdown_table(["trained on", "row", "n", "test AP", "vs start", "vs SimCSE", "RQE test AP",
-                                      "STS-B test"], table))
+                                      "STS-B test", "machine"], table))
 
 
 def render_main_job() -> str:
