@@ -271,7 +271,9 @@ def similarity_rows(results: dict, domain: str) -> list[dict]:
     rows = []
     for (method, settings, machine), runs in sorted(groups.items(), key=lambda g: (METHODS.index(g[0][0]), g[0][1:])):
         ours = {r["seed"]: r[test] for r in runs}
-        row = {"label": row_label(domain, method, json.loads(settings)), "machine": machine, "seeds": len(runs),
+        kept = sum(r["best_step"] == 0 for r in runs)  # seeds where no checkpoint beat the start model on dev
+        kept = f"; start model kept on {kept}/{len(runs)} seeds" if kept else ""
+        row = {"label": row_label(domain, method, json.loads(settings)) + kept, "machine": machine, "seeds": len(runs),
                **{s: common.mean_std([r.get(s) for r in runs]) for s in SCORES},
                "seconds": common.mean_std([r["seconds"] for r in runs]),
                "vs_start": paired(ours, results["zero_shot"][test])}
