@@ -28,6 +28,7 @@ from mixcse.evaluation.pairs import PairsEvaluator
 from mixcse.evaluation.selection import better, build_guard, build_selector
 from mixcse.models.dropout import use_fast_dropout
 from mixcse.models.encoder import load_encoder
+from mixcse.models.merge import blend
 from mixcse.models.sentence_encoder import SentenceEncoder
 from mixcse.training import distributed
 from mixcse.training.config import TrainConfig, build_config
@@ -244,8 +245,7 @@ class Run:
         self.inference_length = cfg.inference_max_seq_length or source.get("max_seq_length")
         prepare_for_training(self.encoder, cfg, ctx.device)
         # the start model's weights, for the blends that selection scores (interpolate)
-        self.start_state = ({k: v.detach().clone() for k, v in self.encoder.state_dict().items()}
-                            if len(cfg.blend_weights()) > 1 else None)
+        self.start_state = self._weights() if len(cfg.blend_weights()) > 1 else None
         pairs, self.signals = self._start_model_levers(corpus_loader)
         if ctx.rank:  # every rank starts from the same weights, but draws its own dropout masks (rank 0: `seed`)
             seed_everything(int(np.random.SeedSequence([cfg.seed, ctx.rank]).generate_state(1)[0]))
@@ -463,9 +463,7 @@ class Run:
         try:
             for alpha in ([1.0] if step == 0 else cfg.blend_weights()):
                 if alpha != 1.0:
-                    from mixcse.models.merge import blend
-
-                    checkpoint = checkpoint or {k: v.detach().clone() for k, v in self.encoder.state_dict().items()}
+                    checkpoint = checkpoint or self._weights()
                     self.encoder.load_state_dict(blend(self.start_state, checkpoint, alpha))
                 score, extras = self._score(selector, self.inference)
                 wins = new["best_step"] is None or better(score, new["best_dev"], selector.greater_is_better)
@@ -494,6 +492,10 @@ class Run:
                 self.encoder.load_state_dict(checkpoint)
         new["bad_evals"] = 0 if improved else state["bad_evals"] + 1
         return {"state": new, "records": records, "lines": lines}
+
+    def _weights(self) -> dict:
+        """A copy of the model's weights, detached from training."""
+        return {k: v.detach().clone() for k, v in self.encoder.state_dict().items()}
 
     def _guard_accepts(self, score: float | None, start: float | None) -> bool:
         """Whether a candidate's guard score is within ``guard_tolerance`` points of the start model's."""
