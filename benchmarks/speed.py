@@ -142,6 +142,7 @@ def compiled(args) -> None:
         "setting": {"model": "stand-in (mini-wiki-mlm)", "batch": 64, "max_seq_length": MAX_LEN,
                     "threads": THREADS, "rounds": rounds},
         "compile_seconds": compile_s, **two_sides(steps, rounds, "compiled_over_eager")})
+    write_docs(args, "compiled_step")
 
 
 PHASES = ["tokenisation (amortised)", "collation (pad + 2 views)", "forward", "loss", "backward", "grad clip",
@@ -239,6 +240,7 @@ def big_batch(args) -> None:
         "side_by_side": {name: {"peak_mb": peaks[name], "step_s": summarise(times[name]),
                                 "sentences_per_s": n / summarise(times[name])["median"]} for name in sides},
         "sweep": {"onepass_mixcse": onepass, "cached_mixcse": cached}, "raw_times": times})
+    write_docs(args, "big_batch")
 
 
 def train_step(n: int, mini_batch: int | None, loss: str) -> Callable:
@@ -279,37 +281,6 @@ def measure_step(step: Callable, n: int) -> dict:
     return {"batch": n, "peak_mb": peak / 1e6, "step_s": seconds, "ms_per_sentence": 1e3 * seconds / n}
 
 
-@case("eval")
-def eval_speed(args) -> None:
-    """A full evaluation of all-MiniLM-L6-v2 on the reference paths and on the fast ones (2 workers), side by side."""
-    with tempfile.TemporaryDirectory() as tmp:
-        model, ref_cache, fast_cache = common.minilm_path(), Path(tmp) / "reference", Path(tmp) / "fast"
-        fast = timed_eval(model, "all", cache_dir=fast_cache, workers=2)  # first: sklearn-converged reads its cache
-        record = {"model": "all-MiniLM-L6-v2", "tasks": fast[0]["settings"]["tasks"], "mode": "test", "complete": False,
-                  "protocol": "senteval-pytorch (the default)", "workers": {"reference": 1, "fast": 2}}
-        a, b = (eval_side(*timed_eval(model, "transfer", classifier="sklearn-converged", reference=reference,
-                                      cache_dir=fast_cache)) for reference in (True, False))
-        total_a, total_b = sum(a["seconds"].values()), sum(b["seconds"].values())
-        record["sklearn_converged"] = {
-            "speedup_probes": round(total_a / total_b, 3),
-            "max_abs_diff_transfer": round(max_diff(a["acc"], b["acc"]), 4),
-            "probe_seconds": {"reference": round(total_a, 2), "fast": round(total_b, 2)}, "reference": a, "fast": b}
-        record["fast"] = fast_side = eval_side(*fast)
-        save(args, "eval_speed", record)  # the reference side takes longest: the fast figures are kept meanwhile
-        plain = timed_eval(model, "all", reference=True, cache_dir=ref_cache)
-        ref = eval_side(*plain)
-        save(args, "eval_speed", {
-            **record, "complete": True, "speedup_end_to_end": round(plain[1] / fast[1], 3),
-            "max_abs_diff_transfer": round(max_diff(ref["acc"], fast_side["acc"]), 4),
-            "sts_identical": ref["sts"].keys() == fast_side["sts"].keys()
-            and all(np.array_equal(ref["sts"][t], fast_side["sts"][t], equal_nan=True) for t in ref["sts"]),
-            "embeddings_identical": same_units(ref_cache, fast_cache),
-            "wall_seconds": {"reference": round(plain[1], 2), "fast": round(fast[1], 2)},
-            "speedup_per_phase": {k: round(ref["phases_seconds"][k] / fast_side["phases_seconds"][k], 3)
-                                  for k in ("encode", "transfer", "total") if fast_side["phases_seconds"][k] > 0},
-            "reference": ref})
-
-
 def timed_eval(model, tasks: str, **kw) -> tuple[dict, float]:
     t0 = time.perf_counter()
     res = evaluate(model, tasks=tasks, data_dir=DOWNSTREAM, verbose=False, **kw)
@@ -322,10 +293,6 @@ def scores(res: dict, part: str) -> dict:
     return {t: v["spearman" if part == "sts" else "acc"] for t, v in res.get(part, {}).items() if t != "avg"}
 
 
-def max_diff(a: dict, b: dict) -> float:
-    return max((abs(a[k] - b[k]) for k in a if k in b), default=0.0)
-
-
 def eval_side(res: dict, wall: float) -> dict:
     """One evaluation's phases, scores and transfer seconds (its per-task times overlap with workers: not a sum)."""
     sec = res["settings"]["seconds"]
@@ -336,12 +303,6 @@ def eval_side(res: dict, wall: float) -> dict:
             "sts": scores(res, "sts"), "seconds": {t: sec[t] for t in TRANSFER_TASKS if t in sec},
             "acc": scores(res, "transfer"), "cpu_seconds": res["settings"]["cpu_seconds"],
             "chosen_reg": {t: v.get("chosen_reg") for t, v in res.get("transfer", {}).items() if t != "avg"}}
-
-
-def same_units(a: Path, b: Path) -> bool:
-    files = sorted(p.relative_to(a) for p in a.rglob("unit-*.npy"))
-    return bool(files) and files == sorted(p.relative_to(b) for p in b.rglob("unit-*.npy")) and \
-        all(np.array_equal(np.load(a / f), np.load(b / f)) for f in files)
 
 
 @case("disk-corpus", workdir=dict(default=str(Path(tempfile.gettempdir()) / "mixcse-streaming")),
@@ -368,6 +329,7 @@ def disk_corpus(args) -> None:
         f"peak_rss_ratio_{largest}_vs_0p4m": rows[largest]["disk"]["peak_rss_mb"] / rows["0p4m"]["disk"]["peak_rss_mb"],
         "tokenise_sentences_per_second": rows[largest]["disk"]["tokenise_sentences_per_second"], "rows": rows})
     shutil.rmtree(workdir, ignore_errors=True)
+    write_docs(args, "streaming")
 
 
 def corpus_run(train_file: Path, corpus: str, workdir: Path) -> dict:
@@ -406,7 +368,7 @@ def corpus_child(train_file: str, corpus: str, workdir: str) -> dict:
 
 PATHS = {"torch fp32": "fp32", "torch bf16": "bf16", "onnx fp32": "fp32", "onnx fp32 fused": "fp32",
          "onnx int8": "int8", "onnx int8 fused": "int8"}  # every inference path -> its precision's ceiling
-PAGE = "docs/performance.md"
+PAGE, SCALE = "docs/performance.md", "docs/scale.md"
 
 
 def inference_paths(model: str, tmp: Path) -> tuple[dict, dict]:
@@ -578,22 +540,28 @@ def bf16_eval(args) -> None:
                              common.code_version(), "cosine_bf16_to_fp32": {"min": float(cos.min()), "mean": float(
                                  cos.mean()), "sentences": len(sentences)}, "runs": runs})
     if {"fp32", "bf16"} <= set(runs):
-        write_docs(args, "bf16")
+        write_docs(args, "bf16_eval")
+
+
+def caption(record: dict, command: str) -> str:
+    """Where a speed table comes from: command, file, machine, threads, torch, date and code commit."""
+    m, code = record["machine"], record.get("code") or record.get("commit")
+    return (f"`python -m benchmarks.speed {command}` (`benchmarks/results/{record['benchmark']}.json`): {m['cpu']}, "
+            f"{m['logical_cpus']} vCPUs, {m['torch_threads']} threads, torch {m['torch']}, {record['date'][:10]}, "
+            + (f"commit {code}" if code else record["provenance"]))
 
 
 def render_roofline(record: dict) -> str:
     """The roofline block of docs/performance.md: machine, ceilings, a row per path and batch size, where it goes."""
-    m, g, c, b = record["machine"], record["gemm_gflops"], record["ceiling_gflops"], record["batches"]
+    g, c, b = record["gemm_gflops"], record["ceiling_gflops"], record["batches"]
     isa, w = ", ".join(k for k, v in record["isa"].items() if v), record["where_time_goes_batch_64"]
-    rows = [f"{record['model']}, {m['cpu']} ({m['logical_cpus']} vCPUs; {isa}), {record['threads']} threads, torch "
-            f"{m['torch']}, {record['date'][:10]}, commit {record['code']}; `python -m benchmarks.speed roofline` "
-            f"(`benchmarks/results/roofline.json`). Ceilings, a {record['gemm_size']}³ matrix multiply: fp32 "
-            f"{c['fp32']:.0f} GFLOP/s (torch {g['torch fp32']:.0f}, onnxruntime {g['onnxruntime fp32']:.0f}), bf16 "
-            f"{c['bf16']:.0f} (torch), int8 {c['int8']:.0f} (onnxruntime's quantised MatMul). The STS-B test "
-            f"sentences: {b['1']['sentences']} one at a time ({b['1']['real_tokens']:,} real tokens) and "
-            f"{b['64']['sentences']:,} in length-sorted batches of 64 ({b['64']['real_tokens']:,} real tokens); "
-            f"useful FLOPs: the linear layers and attention over real tokens; the paths alternate in "
-            f"{record['rounds']} rounds (median; ± half the per-round IQR, relative).", "",
+    rows = [caption(record, "roofline") + f"; {record['model']}; {isa}. Ceilings, a {record['gemm_size']}³ matrix "
+            f"multiply: fp32 {c['fp32']:.0f} GFLOP/s (torch {g['torch fp32']:.0f}, onnxruntime "
+            f"{g['onnxruntime fp32']:.0f}), bf16 {c['bf16']:.0f} (torch), int8 {c['int8']:.0f} (onnxruntime's "
+            f"quantised MatMul). The STS-B test sentences: {b['1']['sentences']} one at a time "
+            f"({b['1']['real_tokens']:,} real tokens) and {b['64']['sentences']:,} in length-sorted batches of 64 "
+            f"({b['64']['real_tokens']:,} real tokens); useful FLOPs: the linear layers and attention over real tokens;"
+            f" the paths alternate in {record['rounds']} rounds (median; ± half the per-round IQR, relative).", "",
             "| path | batch | sentences/s | tokens/s | useful GFLOP/s | ceiling | of the ceiling | × torch fp32 | ± |",
             "|---|---|---|---|---|---|---|---|---|"]
     for batch, runs in b.items():
@@ -611,10 +579,7 @@ def render_roofline(record: dict) -> str:
 
 
 def render_onnx(record: dict) -> str:
-    m = record["machine"]
-    rows = [f"{record['model']}, {m['cpu']}, {record['threads']} threads, {record['date'][:10]}, commit "
-            f"{record['code']}; `python -m benchmarks.speed onnx` (`benchmarks/results/onnx.json`); cosine over "
-            f"{record['cosine_sentences']}.", "",
+    rows = [caption(record, "onnx") + f"; {record['model']}; cosine over {record['cosine_sentences']}.", "",
             "| path | file MB | cosine to torch fp32 min / mean | largest abs. difference | STS avg | MQP test pair AP "
             "| SciFact nDCG@10 |", "|---|---|---|---|---|---|---|"]
     for name, q in record["paths"].items():
@@ -626,11 +591,9 @@ def render_onnx(record: dict) -> str:
 
 
 def render_bf16(record: dict) -> str:
-    runs, m, cos = record["runs"], record["machine"], record["cosine_bf16_to_fp32"]
-    fp, bf = runs["fp32"], runs["bf16"]
-    rows = [f"{record['model']}, {m['cpu']}, {record['threads']} threads, `--workers {record['workers']}`, "
-            f"{record['date'][:10]}, commit {record['code']}; `python -m benchmarks.speed bf16-eval` "
-            f"(`benchmarks/results/bf16_eval.json`); one run per precision. Cosine of bf16 to fp32 embeddings over "
+    (fp, bf), cos = (record["runs"][p] for p in ("fp32", "bf16")), record["cosine_bf16_to_fp32"]
+    rows = [caption(record, "bf16-eval") + f"; {record['model']}, `--workers {record['workers']}`; one run per "
+            "precision. Cosine of bf16 to fp32 embeddings over "
             f"{cos['sentences']:,} STS-B test sentences: min {cos['min']:.4f}, mean {cos['mean']:.4f}.", "",
             "| | fp32 | bf16 | bf16 − fp32 (or fp32 / bf16 time) |", "|---|---|---|---|",
             f"| wall time, whole evaluation | {fp['wall_seconds']:.0f} s | {bf['wall_seconds']:.0f} s | "
@@ -645,21 +608,61 @@ def render_bf16(record: dict) -> str:
     return "\n".join(rows)
 
 
-BLOCKS = {"roofline": (PAGE, lambda: render_roofline(read_result("roofline"))),
-          "onnx": (PAGE, lambda: render_onnx(read_result("onnx"))),
-          "bf16": (PAGE, lambda: render_bf16(read_result("bf16_eval")))}
+STEP_NAMES = {"onepass_mixcse": "one-pass MixCSE", "cached_mixcse": "cached MixCSE", "cached_simcse": "cached SimCSE",
+              "st_cached_simcse": "sentence-transformers' CachedMultipleNegativesRankingLoss (SimCSE)"}
 
 
-def read_result(name: str) -> dict:
-    return json.loads((common.RESULTS / f"{name}.json").read_text())
+def render_big_batch(record: dict) -> str:
+    """docs/scale.md: peak memory against the batch size, then the four steps side by side at one batch size."""
+    s, sweep, k = record["side_by_side"], record["sweep"], record["setting"]["mini_batch_size"]
+    sizes = sorted({r["batch"] for rows in sweep.values() for r in rows})
+    rows = [caption(record, "big-batch") + f"; the stand-in, {record['setting']['pooler']}, length "
+            f"{record['setting']['max_seq_length']}, K = {k}; peak = torch's CPU allocator above the weights and "
+            "AdamW state.", "", "| batch N | " + " | ".join(map(str, sizes)) + " |", "|---" * (len(sizes) + 1) + "|"]
+    for name, label in (("onepass_mixcse", "one-pass step"), ("cached_mixcse", f"cached step (K = {k})")):
+        peak = {r["batch"]: f"{r['peak_mb']:,.0f}" for r in sweep[name]}
+        rows.append(f"| {label}, peak MB | " + " | ".join(peak.get(n, "–") for n in sizes) + " |")
+    one, n = s["onepass_mixcse"]["sentences_per_s"], record["time_ratio_measured_at_batch"]
+    rows += ["", f"At N = {n}, {record['setting']['rounds']} interleaved rounds:", "", "| step | seconds, median "
+             "(min–max) | sentences/s | × one-pass MixCSE | peak MB |", "|---|---|---|---|---|"] + [
+        f"| {STEP_NAMES[k]} | {v['step_s']['median']:.2f} ({v['step_s']['min']:.2f}–{v['step_s']['max']:.2f}) | "
+        f"{v['sentences_per_s']:.1f} | {v['sentences_per_s'] / one:.2f}× | {v['peak_mb']:,.0f} |" for k, v in s.items()]
+    return "\n".join(rows)
+
+
+def render_streaming(record: dict) -> str:
+    rows = [caption(record, "disk-corpus") + "; the stand-in's tokenizer, length 32, then 20 training steps of "
+            f"batch 64; load average at the start {record['machine']['load_average_1_5_15min_at_start'][0]:.1f}.",
+            "", "| sentences | peak RSS, `corpus: disk` (build + reopen + train) | tokenisation (2 workers) | reopening"
+            " the cached entry | tokeniser worker peak | peak RSS, `corpus: memory` |", "|---|---|---|---|---|---|"]
+    first = record["rows"]["0p4m"]["disk"]["peak_rss_mb"]
+    return "\n".join(rows + [
+        f"| {r['sentences'] / 1e6:.1f}M | {d['peak_rss_mb']:,.0f} MB ({d['peak_rss_mb'] / first:.2f}×) | "
+        f"{d['tokenise_sentences_per_second']:,.0f} sentences/s ({d['build_s']:,.0f} s) | {d['reopen_s']:.2f} s | "
+        f"{d['workers_peak_rss_mb']:,.0f} MB | {mem} |" for r in record["rows"].values() for d, mem in
+        [(r["disk"], f"{r['memory']['peak_rss_mb']:,.0f} MB" if "memory" in r else "not run")]])
+
+
+def render_compiled(record: dict) -> str:
+    e, c, r = record["eager_step_s"], record["compiled_step_s"], record["compiled_over_eager"]
+    return (caption(record, "compiled") + f"; the stand-in, batch {record['setting']['batch']}, length "
+            f"{record['setting']['max_seq_length']}, {record['setting']['rounds']} interleaved rounds: compiling took "
+            f"{record['compile_seconds']:.0f} s (the first call); the compiled step {c['median']:.3f} s against the "
+            f"eager {e['median']:.3f} s, compiled / eager {r['median']:.2f}× (per-round IQR {r['q1']:.2f}–"
+            f"{r['q3']:.2f}).")
+
+
+BLOCKS = {name: (page, lambda name=name, fn=fn: fn(json.loads((common.RESULTS / f"{name}.json").read_text())))
+          for name, page, fn in (("roofline", PAGE, render_roofline), ("onnx", PAGE, render_onnx),
+                                 ("bf16_eval", PAGE, render_bf16), ("big_batch", SCALE, render_big_batch),
+                                 ("streaming", SCALE, render_streaming), ("compiled_step", SCALE, render_compiled))}
 
 
 def write_docs(args, block: str) -> None:
     """The block of the docs page that ``block``'s committed JSON makes (not after --no-write, --results, --quick)."""
     if not (args.no_write or args.results or getattr(args, "quick", False)):
         page, render = BLOCKS[block]
-        common.write_block(common.REPO / page, render(), f"<!-- begin generated:{block} (python -m benchmarks.report)"
-                           " -->", f"<!-- end generated:{block} -->")
+        common.write_block(common.REPO / page, render(), *common.block_markers(block))
 
 
 def parser() -> argparse.ArgumentParser:
