@@ -45,6 +45,7 @@ MAIN_JOB_RECIPE = "recipes/domain/products-minilm-mixcse.yaml"
 RECIPES = {"products": MAIN_JOB_RECIPE, "medical": "recipes/domain/medical-questions-minilm-mixcse.yaml"}
 MIXCSE_METHODS = ("simcse", "mixcse", "mixcse-single", "mixcse-wo-sg")
 METHODS = MIXCSE_METHODS + ("tsdae", "ct", "mnrl", "mnrl-hard")
+BASELINES = {"simcse": "SimCSE", "tsdae": "TSDAE", "ct": "CT"}  # every row's test AP is paired with these
 LEVERS = ("positives", "false_negative_threshold", "distill_weight", "interpolate", "guard_data", "guard_tolerance")
 # the base of every row (mixcse config keys; the sentence-transformers rows map them onto their trainer)
 DEFAULTS = {"max_steps": 200, "batch_size": 64, "learning_rate": 1e-5, "max_seq_length": 32, "temperature": 0.05,
@@ -255,18 +256,17 @@ def row_label(domain: str, method: str, settings: dict) -> str:
 
 
 def similarity_rows(results: dict, domain: str) -> list[dict]:
-    """One row per (method, settings, machine) of ``domain``'s ``runs``: mean ± std of every score over seeds (never
-    across machines), the cost, and the test AP paired by seed with the start model, SimCSE and TSDAE of the same
-    machine."""
+    """One row per (method, settings, machine) of ``domain``'s ``runs``: mean ± std of every score over seeds, the
+    cost, and the test AP paired by seed with the start model and with each of BASELINES of the same machine."""
     groups: dict[tuple, list[dict]] = {}
     for r in sorted(results["runs"], key=lambda r: r["seed"]):
         if r.get("domain", "medical") == domain:
             key = (r["method"], json.dumps(r["settings"], sort_keys=True), r["machine"])
             groups.setdefault(key, []).append(r)
     test = DOMAINS[domain]["test"] + "_ap"
-    base = {}  # the SimCSE / TSDAE row of each machine with the most seeds: what the others are paired with
+    base = {}  # each baseline's row of each machine with the most seeds: what the others are paired with
     for (method, _, machine), runs in groups.items():
-        if method in ("simcse", "tsdae") and len(runs) > len(base.get((method, machine), {})):
+        if method in BASELINES and len(runs) > len(base.get((method, machine), {})):
             base[(method, machine)] = {r["seed"]: r[test] for r in runs}
     rows = []
     for (method, settings, machine), runs in sorted(groups.items(), key=lambda g: (METHODS.index(g[0][0]), g[0][1:])):
@@ -277,7 +277,7 @@ def similarity_rows(results: dict, domain: str) -> list[dict]:
                **{s: common.mean_std([r.get(s) for r in runs]) for s in SCORES},
                "seconds": common.mean_std([r["seconds"] for r in runs]),
                "vs_start": paired(ours, results["zero_shot"][test])}
-        for other in ("simcse", "tsdae"):
+        for other in BASELINES:
             if other != method and (other, machine) in base:
                 row[f"vs_{other}"] = paired(ours, base[(other, machine)])
         rows.append(row)
@@ -302,13 +302,14 @@ def render_decision(results: dict | None = None) -> str:
         rows, test = main_machine(similarity_rows(results, domain)), DOMAINS[domain]["test"] + "_ap"
         if not rows:
             continue
-        table = [["start model (all-MiniLM-L6-v2)", "–", f"{zs[test]:.2f}", "–", "–", "–", f"{zs['rqe_test_ap']:.2f}",
-                  f"{zs['stsb_test']:.2f}", "–"]]
-        table += [[r["label"], str(r["seeds"]), fmt(r[test]), fmt_diff(r["vs_start"]), fmt_diff(r.get("vs_simcse")),
-                   fmt_diff(r.get("vs_tsdae")), fmt(r["rqe_test_ap"]), fmt(r["stsb_test"]), r["machine"]] for r in rows]
+        table = [["start model (all-MiniLM-L6-v2)", "–", f"{zs[test]:.2f}", "–", *["–"] * len(BASELINES),
+                  f"{zs['rqe_test_ap']:.2f}", f"{zs['stsb_test']:.2f}", "–"]]
+        table += [[r["label"], str(r["seeds"]), fmt(r[test]), fmt_diff(r["vs_start"]),
+                   *(fmt_diff(r.get(f"vs_{b}")) for b in BASELINES), fmt(r["rqe_test_ap"]), fmt(r["stsb_test"]),
+                   r["machine"]] for r in rows]
         out += [f"**{domain}** (test: {PAIRS[DOMAINS[domain]['test']].parent.parent.name} test pairs, AP x100)", "",
-                *markdown_table(["row", "n", "test AP", "vs start", "vs SimCSE", "vs TSDAE", "RQE test AP",
-                                 "STS-B test", "machine"], table), ""]
+                *markdown_table(["row", "n", "test AP", "vs start", *(f"vs {n}" for n in BASELINES.values()),
+                                 "RQE test AP", "STS-B test", "machine"], table), ""]
     return "\n".join(out + ["n: seeds; mean ± std over seeds; differences paired by seed: mean ± std, seeds ahead, "
                             "two-sided t-test p; bold where p < 0.05. Rows never pool machines; the rows of other "
                             "machines are on the page of every run."])
@@ -354,9 +355,8 @@ def render_readme_domain() -> str:
 
 def render_main_job() -> str:
     """The README's sentence on the main job, from benchmarks/results/main_job.json."""
-    job = json.loads((common.RESULTS / "main_job.json").read_text())
-    s, guard = job["summary"], job["summary"].get("guard") or {}
-    test = next(iter(s["test_pairs"].values()))
+    s = (job := json.loads((common.RESULTS / "main_job.json").read_text()))["summary"]
+    guard, test = s.get("guard") or {}, next(iter(s["test_pairs"].values()))
     return (f"Measured once ({job['machine']['cpu']}, {job['date'][:10]}, `benchmarks/results/main_job.json`): dev "
             f"AP {s['raw_dev']:.2f} → {s['best_dev']:.2f} (step {s['best_step']}), held-out test AP "
             f"{test['start']:.2f} → {test['best']:.2f}, guard STS-B dev {guard.get('start', float('nan')):.2f} → "
