@@ -9,10 +9,9 @@ sentence-transformers' own trainers, and the main job timed.
 
 Domains: product-offer titles (WDC; select on dev pairs, report test AP) and patient questions (MQP; the same, and
 MEDIQA RQE as an outside check). Every run is scored on both domains' pairs, RQE and STS-B test. Outputs:
-benchmarks/results/{similarity_adaptation,main_job}.json and the generated blocks of docs/domain-adaptation.md,
-docs/similarity_adaptation_results.md and the README. The results JSON is the run cache: a recorded run is never trained
-again, each finished run is written at once, and a mixcse run cut off mid-training continues from its checkpoint in
-benchmarks/cache/domain/ (mixcse's resume is exact).
+benchmarks/results/{similarity_adaptation,main_job}.json and the generated blocks (BLOCKS). The results JSON is the
+run cache: a recorded run is never trained again, each finished run is written at once, and a mixcse run cut off
+mid-training continues from its checkpoint in benchmarks/cache/domain/ (mixcse's resume is exact).
 """
 from __future__ import annotations
 
@@ -70,9 +69,7 @@ def resumable_step(out: Path) -> int | None:
     """The step of the checkpoint a cut-off run left in ``out`` (memory-mapped: only the small state is read)."""
     from mixcse.training.rundir import checkpoint_path, load_checkpoint
 
-    if not checkpoint_path(out).exists():
-        return None
-    return load_checkpoint(checkpoint_path(out), mmap=True)["state"]["step"]
+    return load_checkpoint(checkpoint_path(out), mmap=True)["state"]["step"] if checkpoint_path(out).exists() else None
 
 
 def train_mixcse(config: dict, out: Path) -> int:
@@ -243,14 +240,17 @@ def similarity_isolated(run: tuple, out: Path, in_process: bool) -> dict:
 
 
 def row_label(domain: str, method: str, settings: dict) -> str:
-    """The method and the settings that differ from the base; "shipped recipe" where they are its recipe's."""
+    """The method and the settings that differ from the base; "shipped recipe" where they are its recipe's, or its
+    recipe's but one."""
     from mixcse.training.config import TrainConfig, load_recipe
 
     path = common.REPO / RECIPES[domain].replace("-mixcse.yaml", f"-{method}.yaml")
     if path.is_file():
         recipe, default = load_recipe(path).to_dict(), {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-        if all(recipe.get(k) == settings.get(k, default[k]) for k in {*settings, *LEVERS}):
-            return f"{method}, shipped recipe"
+        diff = ", ".join(f"{k}={settings.get(k, default[k])}" for k in sorted({*settings, *LEVERS})
+                         if recipe.get(k) != settings.get(k, default[k]))
+        if diff.count("=") <= 1:  # the recipe, or the recipe with one change
+            return f"{method}, shipped recipe" + (f" but {diff}" if diff else "")
     key = settings_key(settings)
     return f"{method} ({key})" if key != "recipe" else method
 

@@ -196,7 +196,9 @@ def test_the_shipped_recipes_are_the_measured_recipe():
     repo = Path(__file__).resolve().parents[1]
     runs = json.loads((repo / "benchmarks" / "results" / "similarity_adaptation.json").read_text())["runs"]
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    keys = {k for r in runs for k in r["settings"]}  # a key a run leaves out has its default
+    # a key a run leaves out has its default; a lever is compared even when no run set it
+    keys = {k for r in runs for k in r["settings"]} | {"positives", "mine_threshold", "false_negative_threshold",
+                                                       "distill_weight", "interpolate", "guard_data", "guard_tolerance"}
 
     def same_settings(run: dict, cfg) -> bool:
         return all(run["settings"].get(k, defaults[k]) == getattr(cfg, k) for k in keys)
