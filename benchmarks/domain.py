@@ -264,10 +264,10 @@ def similarity_rows(results: dict, domain: str) -> list[dict]:
             key = (r["method"], json.dumps(r["settings"], sort_keys=True), r["machine"])
             groups.setdefault(key, []).append(r)
     test = DOMAINS[domain]["test"] + "_ap"
-    base = {}  # each baseline's row of each machine with the most seeds: what the others are paired with
-    for (method, _, machine), runs in groups.items():
-        if method in BASELINES and len(runs) > len(base.get((method, machine), {})):
-            base[(method, machine)] = {r["seed"]: r[test] for r in runs}
+    base: dict = {}  # (baseline, machine) -> settings -> {seed: test AP}
+    for (method, settings, machine), runs in groups.items():
+        if method in BASELINES:
+            base.setdefault((method, machine), {})[settings] = {r["seed"]: r[test] for r in runs}
     rows = []
     for (method, settings, machine), runs in sorted(groups.items(), key=lambda g: (METHODS.index(g[0][0]), g[0][1:])):
         ours = {r["seed"]: r[test] for r in runs}
@@ -277,9 +277,10 @@ def similarity_rows(results: dict, domain: str) -> list[dict]:
                **{s: common.mean_std([r.get(s) for r in runs]) for s in SCORES},
                "seconds": common.mean_std([r["seconds"] for r in runs]),
                "vs_start": paired(ours, results["zero_shot"][test])}
-        for other in BASELINES:
-            if other != method and (other, machine) in base:
-                row[f"vs_{other}"] = paired(ours, base[(other, machine)])
+        for other in (b for b in BASELINES if b != method and (b, machine) in base):
+            same = base[(other, machine)]  # its row of these settings, else of the most seeds (shipped recipe first)
+            row[f"vs_{other}"] = paired(ours, same.get(settings) or max(same.items(), key=lambda kv: (len(kv[1]), (
+                row_label(domain, other, json.loads(kv[0])).endswith("shipped recipe"))))[1])
         rows.append(row)
     return rows
 

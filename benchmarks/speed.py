@@ -661,8 +661,7 @@ BLOCKS = {name: (page, lambda name=name, fn=fn: fn(json.loads((common.RESULTS / 
 def write_docs(args, block: str) -> None:
     """The block of the docs page that ``block``'s committed JSON makes (not after --no-write, --results, --quick)."""
     if not (args.no_write or args.results or getattr(args, "quick", False)):
-        page, render = BLOCKS[block]
-        common.write_block(common.REPO / page, render(), *common.block_markers(block))
+        common.write_block(common.REPO / BLOCKS[block][0], BLOCKS[block][1](), *common.block_markers(block))
 
 
 def parser() -> argparse.ArgumentParser:

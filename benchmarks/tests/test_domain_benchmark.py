@@ -32,6 +32,26 @@ def test_paired_differences_need_two_seeds_and_a_spread_for_a_p_value():
     assert domain.fmt_diff(significant) == "**+3.00 ± 0.10, 3/3, p = 0.001**"
 
 
+def test_each_row_is_paired_with_the_baselines_row_of_its_own_settings_else_the_shipped_one():
+    """Two SimCSE rows of 3 seeds: a MixCSE row is paired with the SimCSE row of its own settings; a row whose
+    settings no SimCSE row has (CT) with the SimCSE row of most seeds, the shipped recipe's on a tie."""
+    def runs(method, lr, aps, **extra):
+        settings = {**domain.DEFAULTS, "learning_rate": lr, **extra}
+        return [{"domain": "medical", "method": method, "settings": settings, "machine": "m", "seed": s,
+                 "best_step": 1, "seconds": 1.0, **{k: 0.0 for k in domain.SCORES}, "mqp_test_ap": ap}
+                for s, ap in enumerate(aps)]
+    guard = {"guard_data": "stsb_dev", "guard_tolerance": 0.3}
+    shipped = runs("simcse", 3e-5, [1, 2, 3], **guard)  # the medical SimCSE recipe's settings
+    assert domain.row_label("medical", "simcse", shipped[0]["settings"]) == "simcse, shipped recipe"
+    results = {"zero_shot": {"mqp_test_ap": 0.0}, "runs": runs("simcse", 5e-5, [5, 5, 5]) + shipped + runs(
+        "mixcse", 5e-5, [6, 7, 5]) + runs("mixcse", 3e-5, [2, 3, 5], **guard) + runs("ct", 9e-5, [0, 0, 1])}
+    rows = {round(r["mqp_test_ap"][0], 3): r for r in domain.similarity_rows(results, "medical")}
+    assert rows[6.0]["vs_simcse"]["mean"] == pytest.approx(1.0)  # against SimCSE at 5e-5: 1, 2, 0
+    assert rows[round(10 / 3, 3)]["vs_simcse"]["mean"] == pytest.approx(4 / 3)  # against the shipped: 1, 1, 2
+    assert rows[round(1 / 3, 3)]["vs_simcse"]["mean"] == pytest.approx(-5 / 3)  # CT against the shipped
+    assert "vs_simcse" not in rows[5.0] and rows[5.0]["vs_ct"]["mean"] == pytest.approx(14 / 3)
+
+
 def write_pairs(path: Path, pairs: list[tuple[str, str, int]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("sentence1\tsentence2\tlabel\n" + "".join(f"{a}\t{b}\t{y}\n" for a, b, y in pairs))
@@ -106,7 +126,8 @@ def test_a_mixcse_run_cut_off_mid_training_resumes_from_its_checkpoint_and_recor
                        lambda: saves.append(1))
 
     (resumed,) = records
-    assert saves == [1] and f"{key.replace('|', '_')}: resuming from its checkpoint at step 2" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert saves == [1] and f"{key.replace('|', '_')}: resuming from its checkpoint at step 2" in out
     for field in ("key", "best_step", *domain.SCORES):
         assert resumed[field] == whole[field], field
     assert domain.resumable_step(tmp_path / "cache" / key.replace("|", "_")) is None  # the checkpoint is gone
