@@ -32,7 +32,7 @@ def test_paired_differences_need_two_seeds_and_a_spread_for_a_p_value():
     assert domain.fmt_diff(significant) == "**+3.00 ± 0.10, 3/3, p = 0.001**"
 
 
-def test_each_row_is_paired_with_the_baselines_row_of_its_own_settings_else_the_shipped_one():
+def test_each_row_is_paired_with_the_baselines_row_of_its_own_settings_else_the_shipped_one(tmp_path, monkeypatch):
     """Two SimCSE rows of 3 seeds: a MixCSE row is paired with the SimCSE row of its own settings; a row whose
     settings no SimCSE row has (CT) with the SimCSE row of most seeds, the shipped recipe's on a tie."""
     def runs(method, lr, aps, **extra):
@@ -41,7 +41,11 @@ def test_each_row_is_paired_with_the_baselines_row_of_its_own_settings_else_the_
                  "best_step": 1, "seconds": 1.0, **{k: 0.0 for k in domain.SCORES}, "mqp_test_ap": ap}
                 for s, ap in enumerate(aps)]
     guard = {"guard_data": "stsb_dev", "guard_tolerance": 0.3}
-    shipped = runs("simcse", 3e-5, [1, 2, 3], **guard)  # the medical SimCSE recipe's settings
+    (tmp_path / "r-simcse.yaml").write_text("model: m\ntrain_file: t\noutput_dir: o\nloss: simcse\n"
+                                            "learning_rate: 3.0e-5\nguard_data: stsb_dev\nguard_tolerance: 0.3\n"
+                                            "max_steps: 200\neval_steps: 50\n")
+    monkeypatch.setattr(domain, "RECIPES", {"medical": str(tmp_path / "r-mixcse.yaml")})
+    shipped = runs("simcse", 3e-5, [1, 2, 3], **guard)  # the SimCSE recipe's settings
     assert domain.row_label("medical", "simcse", shipped[0]["settings"]) == "simcse, shipped recipe"
     results = {"zero_shot": {"mqp_test_ap": 0.0}, "runs": runs("simcse", 5e-5, [5, 5, 5]) + shipped + runs(
         "mixcse", 5e-5, [6, 7, 5]) + runs("mixcse", 3e-5, [2, 3, 5], **guard) + runs("ct", 9e-5, [0, 0, 1])}
