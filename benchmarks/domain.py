@@ -31,8 +31,7 @@ from pathlib import Path
 
 from benchmarks import common
 
-CACHE = common.REPO / "benchmarks" / "cache" / "domain"
-DOCS = common.REPO / "docs"
+CACHE, DOCS = common.REPO / "benchmarks" / "cache" / "domain", common.REPO / "docs"
 DATA = common.SHARED / "data" / "domain"
 DOMAINS = {"products": {"train": "products/unlabeled.txt", "dev": "products_dev", "test": "products_test"},
            "medical": {"train": "medical-questions/unlabeled.txt", "dev": "mqp_dev", "test": "mqp_test"}}
@@ -45,7 +44,8 @@ RECIPES = {"products": MAIN_JOB_RECIPE, "medical": "recipes/domain/medical-quest
 MIXCSE_METHODS = ("simcse", "mixcse", "mixcse-single", "mixcse-wo-sg")
 METHODS = MIXCSE_METHODS + ("tsdae", "ct", "mnrl", "mnrl-hard")
 BASELINES = {"simcse": "SimCSE", "tsdae": "TSDAE", "ct": "CT"}  # every row's test AP is paired with these
-LEVERS = ("positives", "false_negative_threshold", "distill_weight", "interpolate", "guard_data", "guard_tolerance")
+LEVERS = ("positives", "mine_threshold", "false_negative_threshold", "distill_weight", "interpolate", "guard_data",
+          "guard_tolerance")
 # the base of every row (mixcse config keys; the sentence-transformers rows map them onto their trainer)
 DEFAULTS = {"max_steps": 200, "batch_size": 64, "learning_rate": 1e-5, "max_seq_length": 32, "temperature": 0.05,
             "eval_steps": 50}
@@ -240,8 +240,7 @@ def similarity_isolated(run: tuple, out: Path, in_process: bool) -> dict:
 
 
 def row_label(domain: str, method: str, settings: dict) -> str:
-    """The method and the settings that differ from the base; "shipped recipe" where they are its recipe's, or its
-    recipe's but one."""
+    """The method and the settings that differ from the base; "shipped recipe" where they are its recipe's (but one)."""
     from mixcse.training.config import TrainConfig, load_recipe
 
     path = common.REPO / RECIPES[domain].replace("-mixcse.yaml", f"-{method}.yaml")
@@ -263,7 +262,7 @@ def similarity_rows(results: dict, domain: str) -> list[dict]:
         if r.get("domain", "medical") == domain:
             key = (r["method"], json.dumps(r["settings"], sort_keys=True), r["machine"])
             groups.setdefault(key, []).append(r)
-    test = DOMAINS[domain]["test"] + "_ap"
+    test, labels = DOMAINS[domain]["test"] + "_ap", {g: row_label(domain, g[0], json.loads(g[1])) for g in groups}
     base: dict = {}  # (baseline, machine) -> settings -> {seed: test AP}
     for (method, settings, machine), runs in groups.items():
         if method in BASELINES:
@@ -273,14 +272,14 @@ def similarity_rows(results: dict, domain: str) -> list[dict]:
         ours = {r["seed"]: r[test] for r in runs}
         kept = sum(r["best_step"] == 0 for r in runs)  # seeds where no checkpoint beat the start model on dev
         kept = f"; start model kept on {kept}/{len(runs)} seeds" if kept else ""
-        row = {"label": row_label(domain, method, json.loads(settings)) + kept, "machine": machine, "seeds": len(runs),
+        row = {"label": labels[(method, settings, machine)] + kept, "machine": machine, "seeds": len(runs),
                **{s: common.mean_std([r.get(s) for r in runs]) for s in SCORES},
                "seconds": common.mean_std([r["seconds"] for r in runs]),
                "vs_start": paired(ours, results["zero_shot"][test])}
         for other in (b for b in BASELINES if b != method and (b, machine) in base):
             same = base[(other, machine)]  # its row of these settings, else of the most seeds (shipped recipe first)
-            row[f"vs_{other}"] = paired(ours, same.get(settings) or max(same.items(), key=lambda kv: (len(kv[1]), (
-                row_label(domain, other, json.loads(kv[0])).endswith("shipped recipe"))))[1])
+            row[f"vs_{other}"] = paired(ours, same.get(settings) or max(same.items(), key=lambda kv: (
+                len(kv[1]), labels[(other, kv[0], machine)].endswith("shipped recipe")))[1])
         rows.append(row)
     return rows
 

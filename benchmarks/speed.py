@@ -631,8 +631,9 @@ def render_big_batch(record: dict) -> str:
 
 
 def render_streaming(record: dict) -> str:
-    rows = [caption(record, "disk-corpus") + "; the stand-in's tokenizer, length 32, then 20 training steps of "
-            f"batch 64; load average at the start {record['machine']['load_average_1_5_15min_at_start'][0]:.1f}.",
+    t, load = record["setting"], record["machine"]["load_average_1_5_15min_at_start"][0]
+    rows = [caption(record, "disk-corpus") + f"; the stand-in's tokenizer, length {t['max_seq_length']}, then "
+            f"{t['train_steps']} training steps of batch {t['batch_size']}; load average at the start {load:.1f}.",
             "", "| sentences | peak RSS, `corpus: disk` (build + reopen + train) | tokenisation (2 workers) | reopening"
             " the cached entry | tokeniser worker peak | peak RSS, `corpus: memory` |", "|---|---|---|---|---|---|"]
     first = record["rows"]["0p4m"]["disk"]["peak_rss_mb"]
