@@ -30,7 +30,9 @@ FILLER = ["the", "a", "of", "and", "in", "to"]
 
 
 def make_tiny_bert(directory: Path, *, vocab: list[str], layers: int = 2, hidden: int = 64,
-                   dropout: float = 0.1, seed: int = 0) -> Path:
+                   dropout: float = 0.1, seed: int = 0, exact_init: bool = False) -> Path:
+    """A 2-layer BERT at toy size. ``exact_init``: every weight matrix drawn as integers times a power of two (the same
+    bits on every CPU; torch's normal init runs a different kernel per instruction set, and its last bits differ)."""
     import torch
     from transformers import BertConfig, BertModel, BertTokenizer
 
@@ -44,7 +46,14 @@ def make_tiny_bert(directory: Path, *, vocab: list[str], layers: int = 2, hidden
     config = BertConfig(vocab_size=len(specials) + len(vocab), hidden_size=hidden, num_hidden_layers=layers,
                         num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=128,
                         hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
-    BertModel(config).save_pretrained(directory, safe_serialization=True)
+    model = BertModel(config)
+    if exact_init:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for _, param in sorted(model.named_parameters()):
+                if param.ndim >= 2:  # uniform on +-2^-5 (std 0.018, BERT's init has 0.02), in steps of 2^-15
+                    param.copy_(torch.randint(-1024, 1025, param.shape, generator=generator).float() * 2.0 ** -15)
+    model.save_pretrained(directory, safe_serialization=True)
     return directory
 
 
@@ -147,6 +156,41 @@ def write_tiny_beir(root, rng_seed=0):
                 rows.append(f"q{i}\t{did}\t1")
             (root / "qrels" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
     return root
+
+
+# The words of the evaluation fixture files (tests/fixtures/eval/make_downstream.py's WORDS).
+FIXTURE_WORDS = ("cat dog man woman child plays runs sings eats reads a the big small red blue green old new fast slow "
+                 "house car tree river music book song film good bad great awful").split()
+
+
+def tiny_vocab() -> list[str]:
+    """The tiny BERT's words: the synthetic topics' and every word of the evaluation fixture files, so that no two
+    different fixture sentences tokenise alike (no [UNK] runs, whose equal embeddings leave ties that the last bits
+    of a CPU's arithmetic break one way or the other)."""
+    return list(dict.fromkeys(FILLER + [w for topic in TOPICS for w in topic] + FIXTURE_WORDS))
+
+
+# descriptive settings of an evaluation that name modules, paths or timings rather than what was computed
+VOLATILE = {"seconds", "cpu_seconds", "versions", "data_dir", "cache_dir", "encoding"}
+
+
+def comparable_results(results: dict) -> dict:
+    from mixcse.utils.files import to_jsonable
+
+    results = to_jsonable(results)
+    settings = results["settings"]
+    for key in VOLATILE:
+        settings.pop(key, None)
+    settings["classifier"].pop("two_class_folds", None)
+    if "retrieval" in settings:
+        settings["retrieval"].pop("data_dir", None)
+        settings["retrieval"].pop("metric_library", None)
+    if "pairs" in settings:
+        settings["pairs"]["files"] = [Path(f).name for f in settings["pairs"]["files"]]
+    results.get("retrieval", {}).pop("seconds", None)
+    for r in results.get("pairs", {}).values():
+        r["file"] = Path(r["file"]).name
+    return results
 
 
 def needs_example_data(*paths: Path):

@@ -17,6 +17,8 @@ from mixcse.evaluation.sts import STSEvaluator
 from mixcse.models.merge import blend
 from mixcse.training.teacher import StartModelSignals, mine_mutual_neighbours
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 
 def write_pairs(path, rows):
     path.write_text("sentence1\tsentence2\tlabel\n" + "".join(f"{a}\t{b}\t{y}\n" for a, b, y in rows))

@@ -21,6 +21,8 @@ from mixcse.training.distributed import DistContext
 from mixcse.models.dropout import use_fast_dropout
 from mixcse.training.step import CachedStep, PlainStep, make_step
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 N, K = 16, 4
 
 

@@ -17,6 +17,8 @@ from mixcse.errors import DataError
 from mixcse.models.encoder import load_backbone
 from mixcse.training.config import TrainConfig
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 
 def open_corpus(cfg, tokenizer, **kwargs):
     """Both phases of the corpus loader, as a run opens its corpus."""

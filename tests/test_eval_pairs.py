@@ -19,6 +19,8 @@ from mixcse.evaluation.runner import evaluate
 from mixcse.models.hub import resolve_model
 from mixcse.models.sentence_encoder import SentenceEncoder
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 MQP = DOMAIN / "medical-questions"
 
 

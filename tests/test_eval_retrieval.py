@@ -17,6 +17,8 @@ from mixcse.evaluation.retrieval import dev_subset, evaluate_retrieval, load_bei
 from mixcse.evaluation.runner import evaluate, format_tables
 from mixcse.models import inference
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 VOCAB = ("apple", "banana", "cherry", "date")
 
 

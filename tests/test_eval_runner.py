@@ -24,6 +24,8 @@ from mixcse.evaluation.senteval import default_data_dir, load_binary, load_stsb,
 from mixcse.evaluation.sts import row_cosine, spearman
 from mixcse.models import inference
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 FIXTURE = Path(__file__).parent / "fixtures" / "eval" / "downstream"
 STS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
 TRANSFER = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]

@@ -9,6 +9,8 @@ from mixcse.evaluation import evaluate
 from mixcse.evaluation.senteval import PairSet, load_sick, load_sts_subset, load_stsb
 from mixcse.evaluation.sts import row_cosine, score_sts_task, spearman
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 FIXTURE = Path(__file__).parent / "fixtures" / "eval" / "downstream"
 
 

@@ -24,6 +24,8 @@ from mixcse.evaluation.probes import (
     single_threaded,
 )
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 FIXTURE = np.load(Path(__file__).parent / "fixtures" / "minilm_transfer_embeddings.npz")
 CR = FIXTURE["cr_X"].astype(np.float32), FIXTURE["cr_y"].astype(np.int64)
 TREC = tuple(FIXTURE[k].astype(np.float32 if "X" in k else np.int64) for k in ("trec_Xtr", "trec_ytr", "trec_Xte",

@@ -16,6 +16,8 @@ import torch
 
 import mixcse
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 # Per loss: the loss and anchor_grad_norm logged at steps 1..10, and a fingerprint of the final weights.
 GOLDEN = json.loads((Path(__file__).parent / "fixtures" / "golden_steps.json").read_text())
 

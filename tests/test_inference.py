@@ -24,6 +24,8 @@ from mixcse.models.inference import BACKENDS, EncoderBase, open_encoder
 from mixcse.models.sentence_encoder import SentenceEncoder, _fingerprint
 from mixcse.utils.files import file_digest
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 SENTENCES = ["t0w1 t0w2 the t1w3", "a t3w4 t3w5 t3w6 t3w7 of t5w1 t5w2 t5w3 t5w4 t5w5", "t7w7",
              "t2w2 and t2w3 t4w4 t4w5 in", "t6w0 t6w1 t6w2 t6w3 t6w4 t6w5 t6w6 t6w7 t6w8 t6w9 t6w10 t0w0",
              "of t1w1", "t5w5 t5w6 t5w7 the t6w6 t6w7 t6w8 t6w9"]

@@ -18,6 +18,8 @@ from mixcse.losses import (
     training_loss,
 )
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 
 def views(n=7, d=5, seed=0):
     g = torch.Generator().manual_seed(seed)

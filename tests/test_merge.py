@@ -24,6 +24,8 @@ from mixcse.models.merge import blend, merge_models, merge_state_dicts
 from mixcse.models.sentence_encoder import SentenceEncoder
 from mixcse.utils.files import read_json
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 SENTENCES = ["t0w1 t0w2 the t1w3", "a t3w4 t3w5 t3w6 t3w7 of t5w1", "t7w7", "t2w2 and t2w3 t4w4 t4w5 in"]
 WEIGHT_FILES = ("model.safetensors", "2_Dense/model.safetensors")
 

@@ -14,6 +14,8 @@ from mixcse.evaluation.sts import STSEvaluator
 from mixcse.models.encoder import load_encoder
 from mixcse.models.sentence_encoder import SentenceEncoder
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 
 def tiny(tiny_bert, synthetic_data, out, **kw):
     cfg = {"model": str(tiny_bert), "train_file": str(synthetic_data["corpus"]), "output_dir": str(out),

@@ -16,6 +16,8 @@ from mixcse.evaluation.probes import (
 )
 from mixcse.evaluation.runner import KFOLD
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 
 def clusters(n=260, dim=32, classes=3, seed=0, spread=3.0, scale=0.05):
     """Overlapping Gaussian clusters of small norm: weight decay matters against gradients this small, so the

@@ -13,7 +13,7 @@ from sklearn.model_selection import StratifiedKFold
 from mixcse.evaluation.probes import SklearnLR, inner_kfold, kfold_then_test
 from mixcse.evaluation.senteval import load_binary, load_trec
 
-pytestmark = needs_example_data(STAND_IN / "model.safetensors", DOWNSTREAM)
+pytestmark = [needs_example_data(STAND_IN / "model.safetensors", DOWNSTREAM), pytest.mark.numeric]
 
 
 def stock_fit(X, y, C):

@@ -15,6 +15,8 @@ from mixcse.evaluation.sts import STSEvaluator
 from mixcse.models.sentence_encoder import SentenceEncoder
 from mixcse.training import rundir, step, trainer
 
+pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
+
 
 def tiny_config(tiny_bert, synthetic_data, out, **kw):
     cfg = {"model": str(tiny_bert), "train_file": str(synthetic_data["corpus"]), "output_dir": str(out),
