@@ -5,7 +5,8 @@ sentence-transformers' own trainers, and the main job timed.
     python -m benchmarks.domain similarity --domain products --seeds 0 1 2     # every method x seed
     python -m benchmarks.domain similarity --domain medical --methods mixcse --set false_negative_threshold=0.9
     python -m benchmarks.domain similarity --report-only    # the tables and figure from the JSON
-    python -m benchmarks.domain main-job
+    python -m benchmarks.domain main-job                  # then --no-bf16: the run of a CPU without bf16
+    python -m benchmarks.domain label-budget              # selection on 25 ... all dev pairs, the recipes' runs
 
 Domains: product-offer titles (WDC; select on dev pairs, report test AP) and patient questions (MQP; the same, and
 MEDIQA RQE as an outside check). Every run is scored on both domains' pairs, RQE and STS-B test. Outputs:
@@ -28,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 from benchmarks import common
 
@@ -210,8 +213,8 @@ def similarity_run(domain: str, method: str, settings: dict, seed: int, out: Pat
         config = {"model": common.minilm_path(), "train_file": str(DATA / DOMAINS[domain]["train"]),
                   "segment": "line", "seed": seed, "loss": method, "pooler": "avg", "select_on": "pairs",
                   "select_data": str(PAIRS[DOMAINS[domain]["dev"]]), "precision": "auto",
-                  "data_dir": str(common.DOWNSTREAM), **settings}
-        best_step = train_mixcse(config, out)
+                  "data_dir": str(common.DOWNSTREAM), "save_candidates": True, **settings}
+        best_step = train_mixcse(config, out)  # candidates/step-N stay: the label-budget benchmark reads them
     else:
         shutil.rmtree(out, ignore_errors=True)  # no resume: a cut-off run starts again
         best_step = train_sentence_transformers(domain, method, settings, seed, out)
@@ -220,7 +223,9 @@ def similarity_run(domain: str, method: str, settings: dict, seed: int, out: Pat
               "best_step": best_step, "seconds": round(time.perf_counter() - t0, 1),
               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     if method in MIXCSE_METHODS and (out / "summary.json").is_file():
-        record["best_alpha"] = json.loads((out / "summary.json").read_text()).get("best_alpha", 1.0)
+        summary = json.loads((out / "summary.json").read_text())
+        record["best_alpha"] = summary.get("best_alpha", 1.0)
+        record["guards_refused"] = sum(c.get("accepted") is False for c in summary.get("candidates") or [])
     if gpu:
         record["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     cpu = f"{common.cpu_model()} ({os.cpu_count()} vCPU), {'bf16 autocast' if cpu_supports_bf16() else 'fp32'}"
@@ -275,6 +280,7 @@ def similarity_rows(results: dict, domain: str) -> list[dict]:
         row = {"label": labels[(method, settings, machine)] + kept, "machine": machine, "seeds": len(runs),
                **{s: common.mean_std([r.get(s) for r in runs]) for s in SCORES},
                "seconds": common.mean_std([r["seconds"] for r in runs]),
+               "alpha": common.mean_std([r.get("best_alpha") for r in runs]),  # the chosen blend weight
                "vs_start": paired(ours, results["zero_shot"][test])}
         for other in (b for b in BASELINES if b != method and (b, machine) in base):
             same = base[(other, machine)]  # its row of these settings, else of the most seeds (shipped recipe first)
@@ -303,16 +309,18 @@ def render_decision(results: dict | None = None) -> str:
         if not rows:
             continue
         table = [["start model (all-MiniLM-L6-v2)", "–", f"{zs[test]:.2f}", "–", *["–"] * len(BASELINES),
-                  f"{zs['rqe_test_ap']:.2f}", f"{zs['stsb_test']:.2f}", "–"]]
+                  f"{zs['rqe_test_ap']:.2f}", f"{zs['stsb_test']:.2f}", "–", "–"]]
         table += [[r["label"], str(r["seeds"]), fmt(r[test]), fmt_diff(r["vs_start"]),
                    *(fmt_diff(r.get(f"vs_{b}")) for b in BASELINES), fmt(r["rqe_test_ap"]), fmt(r["stsb_test"]),
-                   r["machine"]] for r in rows]
+                   fmt(r["alpha"]), r["machine"]] for r in rows]
         out += [f"**{domain}** (test: {PAIRS[DOMAINS[domain]['test']].parent.parent.name} test pairs, AP x100)", "",
                 *markdown_table(["row", "n", "test AP", "vs start", *(f"vs {n}" for n in BASELINES.values()),
-                                 "RQE test AP", "STS-B test", "machine"], table), ""]
+                                 "RQE test AP", "STS-B test", "a", "machine"], table), ""]
     return "\n".join(out + ["n: seeds; mean ± std over seeds; differences paired by seed: mean ± std, seeds ahead, "
-                            "two-sided t-test p; bold where p < 0.05. Rows never pool machines; the rows of other "
-                            "machines are on the page of every run."])
+                            "two-sided t-test p; bold where p < 0.05. a: the chosen model's weight on its checkpoint "
+                            "(1: the checkpoint itself; below 1: a blend with the start model; – where not "
+                            "recorded). Rows never pool machines; the rows of other machines are on the page of "
+                            "every run."])
 
 
 def render_runs(results: dict | None = None) -> str:
@@ -354,16 +362,136 @@ def render_readme_domain() -> str:
 
 
 def render_main_job() -> str:
-    """The README's sentence on the main job, from benchmarks/results/main_job.json."""
-    s = (job := json.loads((common.RESULTS / "main_job.json").read_text()))["summary"]
-    guard, test = s.get("guard") or {}, next(iter(s["test_pairs"].values()))
-    return (f"Measured once ({job['machine']['cpu']}, {job['date'][:10]}, `benchmarks/results/main_job.json`): dev "
-            f"AP {s['raw_dev']:.2f} → {s['best_dev']:.2f} (step {s['best_step']}), held-out test AP "
-            f"{test['start']:.2f} → {test['best']:.2f}, guard STS-B dev {guard.get('start', float('nan')):.2f} → "
-            f"{guard.get('best', float('nan')):.2f}, in {job['wall_seconds']:.0f} s wall.")
+    """The README's lines on the main job: one per record of benchmarks/results/main_job.json (a machine kind each)."""
+    lines = []
+    for job in json.loads((common.RESULTS / "main_job.json").read_text())["records"]:
+        s, parts, seeds = job["summary"], job["summary"].get("seconds") or {}, job.get("seeds") or []
+        guard, test = (s.get("guards") or [s.get("guard") or {}])[0], next(iter(s["test_pairs"].values()))
+        line = (f"- {job['kind']} ({job['date'][:10]}): dev AP {s['raw_dev']:.2f} → {s['best_dev']:.2f} (step "
+                f"{s['best_step']}), held-out test AP {test['start']:.2f} → {test['best']:.2f}, guard STS-B dev "
+                f"{guard.get('start', float('nan')):.2f} → {guard.get('best', float('nan')):.2f}, in "
+                f"{job['wall_seconds']:.0f} s wall")
+        line += " (" + ", ".join(f"{k} {v:.0f} s" for k, v in parts.items()) + ")" if parts else ""
+        if len(seeds) > 1:
+            walls = [r["wall_seconds"] for r in seeds]
+            line += (f"; over {len(seeds)} seeds test AP {fmt(common.mean_std([r['test_ap'] for r in seeds]))}, "
+                     f"wall {min(walls):.0f}–{max(walls):.0f} s")
+        lines.append(line + ".")
+    return "Measured (`benchmarks/results/main_job.json`, one record per machine kind, first run, cold caches):\n" + \
+        "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ label budget
+BUDGETS = (25, 50, 100, 200, 400, None)  # labelled dev pairs selection may read; None: all of them
+
+
+def candidate_scores(folder: Path, summary: dict, domain: str, guard) -> list[dict]:
+    """Every candidate a run scored (start, checkpoints, blends; candidates/step-N on disk): its dev and test pair
+    cosines and whether every guard passes (``guard``: the run's STS-B dev guard, (evaluator, tolerance))."""
+    from mixcse.evaluation.pairs import read_pairs
+    from mixcse.models.merge import merge_models
+    from mixcse.models.sentence_encoder import SentenceEncoder
+
+    sets = {name: read_pairs(PAIRS[DOMAINS[domain][name]]) for name in ("dev", "test")}
+    evaluator, tolerance = guard
+    out, start_guard = [], None
+    for c in summary["candidates"]:  # in the order the run scored them: ties go to the earliest, as in a run
+        with tempfile.TemporaryDirectory() as tmp:
+            path = folder / "candidates" / f"step-{c['step']}"
+            if c["alpha"] != 1.0:
+                path = Path(tmp) / "blend"
+                merge_models([str(folder / "candidates" / "step-0"), str(folder / "candidates" / f"step-{c['step']}")],
+                             [1 - c["alpha"], c["alpha"]], output=path)
+            encoder = SentenceEncoder.load(str(path))
+            row = {"step": c["step"], "alpha": c["alpha"]}
+            for name, ps in sets.items():
+                a, b = encoder.encode(ps.a, batch_size=64), encoder.encode(ps.b, batch_size=64)
+                row[name] = ((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).tolist()
+            score = evaluator.primary(evaluator(encoder, batch_size=64))
+        start_guard = score if c["step"] == 0 else start_guard
+        row["passes"] = score >= start_guard - tolerance - 1e-9
+        out.append(row)
+    return out
+
+
+def pick(candidates: list[dict], labels, rows) -> dict:
+    """The candidate a run would ship when selection reads only ``rows`` of the dev pairs: the best dev AP among
+    those every guard passes (the start model first on a tie, as in training)."""
+    from sklearn.metrics import average_precision_score
+
+    def ap(c):
+        return average_precision_score(labels[rows], np.asarray(c["dev"])[rows])
+
+    return max((c for c in candidates if c["passes"]), key=lambda c: (ap(c), c["step"] == 0))
+
+
+def label_budget(args) -> None:
+    """Held-out test AP of the model selection picks when it reads only N labelled dev pairs (stratified by label,
+    3 subsamples each), among the saved candidates of the shipped MixCSE recipe's 3-seed rows, both domains."""
+    from sklearn.metrics import average_precision_score
+
+    from mixcse.evaluation.pairs import read_pairs
+    from mixcse.evaluation.sts import STSEvaluator
+    from mixcse.training.config import load_recipe
+
+    results = json.loads((common.RESULTS / "similarity_adaptation.json").read_text())
+    record = {"budgets": [n or "all" for n in BUDGETS], "subsamples": 3, "domains": {}}
+    for domain in DOMAINS:
+        recipe = load_recipe(common.REPO / RECIPES[domain])
+        rows = [r for r in results["runs"] if r.get("domain") == domain and r["method"] == "mixcse"
+                and row_label(domain, "mixcse", r["settings"]) == "mixcse, shipped recipe"
+                and (CACHE / r["key"].replace("|", "_") / "candidates").is_dir()]
+        guard = (STSEvaluator.stsb_dev(common.DOWNSTREAM), recipe.guard_list()[0][1])
+        dev, test = (read_pairs(PAIRS[DOMAINS[domain][name]]) for name in ("dev", "test"))
+        labels, test_labels = np.asarray(dev.scores) > 0.5, np.asarray(test.scores) > 0.5
+        per_n: dict = {str(n or "all"): [] for n in BUDGETS}
+        for r in rows:
+            folder = CACHE / r["key"].replace("|", "_")
+            candidates = candidate_scores(folder, json.loads((folder / "summary.json").read_text()), domain, guard)
+            for n in BUDGETS:
+                for k in range(1 if n is None else 3):
+                    rng = np.random.default_rng([r["seed"], k, n or 0])
+                    take = np.arange(len(labels)) if n is None else np.concatenate([
+                        rng.choice(np.flatnonzero(labels == v), round(n * np.mean(labels == v)), replace=False)
+                        for v in (True, False)])
+                    chosen = pick(candidates, labels, take)
+                    per_n[str(n or "all")].append({"seed": r["seed"], "subsample": k, "step": chosen["step"],
+                                                   "alpha": chosen["alpha"], "test_ap": 100 * average_precision_score(
+                                                       test_labels, chosen["test"])})
+        full = common.mean_std([p["test_ap"] for p in per_n["all"]])
+        enough = next((n for n, picks in per_n.items() if full[1] is not None and abs(
+            common.mean_std([p["test_ap"] for p in picks])[0] - full[0]) <= full[1]), None)
+        record["domains"][domain] = {"seeds": sorted(r["seed"] for r in rows), "picks": per_n,
+                                     "smallest_within_seed_spread": enough}
+        print(f"{domain}: {len(rows)} runs; within the seed spread of the all-pairs pick from N = {enough}", flush=True)
+    common.write_result("label_budget", record, path=args.results, command=args.command)
+    page, render = BLOCKS["label-budget"]
+    if not args.results:
+        common.write_block(common.REPO / page, render(), *common.block_markers("label-budget"))
+    print(render())
+
+
+def render_label_budget() -> str:
+    """The label-budget table of docs/domain-adaptation.md from benchmarks/results/label_budget.json."""
+    from mixcse.utils.tables import markdown_table
+
+    job = json.loads((common.RESULTS / "label_budget.json").read_text())
+    lines = []
+    for domain, d in job["domains"].items():
+        rows = [[n, str(len(picks)), fmt(common.mean_std([p["test_ap"] for p in picks])),
+                 f"{sum(p['alpha'] != 1.0 for p in picks)}/{len(picks)}"] for n, picks in d["picks"].items()]
+        lines += [f"**{domain}** (the shipped MixCSE recipe, seeds {', '.join(map(str, d['seeds']))}; "
+                  f"{common.machine_kind(job['machine'])}, {job['date'][:10]}): the pick is within the seed spread "
+                  f"of the all-pairs pick from N = {d['smallest_within_seed_spread']} labelled dev pairs.", "",
+                  *markdown_table(["dev pairs N", "picks (seeds x subsamples)", "test AP of the pick",
+                                   "picks that are blends"], rows), ""]
+    return "\n".join(lines + ["Subsamples keep the dev file's share of positive pairs; the candidates are those the "
+                              "runs scored (start model, checkpoints, searched blends), each guard-checked on STS-B "
+                              "dev; test AP x100, mean ± std over picks."])
 
 
 BLOCKS = {"domain-decision": ("docs/domain-adaptation.md", render_decision),
+          "label-budget": ("docs/domain-adaptation.md", render_label_budget),
           "similarity-runs": ("docs/similarity_adaptation_results.md", render_runs),
           "main-job": ("README.md", render_main_job), "readme-domain": ("README.md", render_readme_domain)}
 
@@ -395,27 +523,61 @@ def similarity(args) -> None:
 
 # ------------------------------------------------------------------------------------------------ main job
 def main_job(args) -> None:
-    """`mixcse train` of the README's main-job recipe in a subprocess: its wall time, summary and report."""
+    """`mixcse train` of the README's main-job recipe in a subprocess: its wall time, summary and report, as the
+    record of this machine kind (CPU model, torch's kernels, precision) in main_job.json; other kinds' records stay.
+    ``--no-bf16``: the run a CPU without bf16 gets, on one with it: fp32, torch/oneDNN/MKL kernels limited to AVX2.
+    ``--seeds``: the recipe's seed (default) or several, one after another; the record keeps each seed's wall time
+    and scores, and the first seed's summary and report."""
     import resource
 
-    with tempfile.TemporaryDirectory(prefix="main-job-") as tmp:
-        out = Path(tmp) / "run"
-        t0 = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "mixcse", "train", MAIN_JOB_RECIPE, f"output_dir={out}",
-                               *(f"{k}={v}" for k, v in args.set.items())], cwd=common.REPO, capture_output=True,
-                              text=True)
-        wall = time.perf_counter() - t0
-        if done.returncode:
-            print(done.stderr[-3000:], file=sys.stderr)
-            raise SystemExit(done.returncode)
-        summary = json.loads((out / "summary.json").read_text())
-    report = [line for line in done.stdout.splitlines() if line.startswith(("start ", "held-out", "guard", "best/",
-                                                                             "next:"))]
-    common.write_result("main_job", {
-        "recipe": MAIN_JOB_RECIPE, "wall_seconds": round(wall, 1), "summary": summary, "report": report,
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)},
-        path=args.results, command=args.command)
-    print("\n".join(report) + f"\nwall {wall:.0f} s")
+    import yaml
+
+    env = dict(os.environ)
+    if args.no_bf16:
+        env.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2", MKL_ENABLE_INSTRUCTIONS="AVX2")
+        args.set.setdefault("precision", "fp32")
+    runs = []
+    for seed in args.seeds or [None]:
+        with tempfile.TemporaryDirectory(prefix="main-job-") as tmp:
+            out = Path(tmp) / "run"
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "mixcse", "train", MAIN_JOB_RECIPE, f"output_dir={out}",
+                                   *(f"{k}={v}" for k, v in args.set.items()),
+                                   *([f"seed={seed}"] if seed is not None else [])], cwd=common.REPO,
+                                  capture_output=True, text=True, env=env)
+            wall = time.perf_counter() - t0
+            if done.returncode:
+                print(done.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(done.returncode)
+            summary = json.loads((out / "summary.json").read_text())
+            precision = yaml.safe_load((out / "config.yaml").read_text())["precision"]
+        test = next(iter(summary["test_pairs"].values()))
+        runs.append({"seed": seed, "wall_seconds": round(wall, 1), "best_step": summary["best_step"],
+                     "dev_ap": summary["best_dev"], "test_ap": test["best"], "done": done, "summary": summary})
+        print(f"seed {seed}: dev AP {summary['best_dev']:.2f}, test AP {test['best']:.2f}, {wall:.0f} s wall",
+              flush=True)
+    done, summary, wall = runs[0]["done"], runs[0]["summary"], runs[0]["wall_seconds"]
+    kernels = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+                             env=env, capture_output=True, text=True).stdout.strip()
+    report = [line for line in done.stdout.splitlines()
+              if line.startswith(("start ", "held-out", "guard", "best/", "decision:", "next:", "time:"))]
+    machine = common.machine_info()
+    machine.update(torch_kernels=kernels, precision=precision,
+                   kernel_limits={k: env[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA",
+                                                      "MKL_ENABLE_INSTRUCTIONS") if k in env})
+    kind = (f"{common.machine_kind(machine)}, {precision}, torch kernels {kernels}"
+            + (f" (limited on a CPU with bf16: {' '.join(f'{k}={v}' for k, v in machine['kernel_limits'].items())})"
+               if machine["kernel_limits"] and machine["cpu_bf16"] else ""))
+    record = {"kind": kind, "command": args.command, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "commit": common.code_version(), "machine": machine, "recipe": MAIN_JOB_RECIPE,
+              "wall_seconds": round(wall, 1), "summary": summary, "report": report,
+              "seeds": [{k: v for k, v in r.items() if k not in ("done", "summary")} for r in runs],
+              "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)}
+    path = args.results or common.RESULTS / "main_job.json"
+    old = json.loads(path.read_text()).get("records", []) if path.is_file() else []
+    common.write_result("main_job", {"records": [r for r in old if r.get("kind") != kind] + [record]}, path=path,
+                        command=args.command, machine=False)
+    print("\n".join(report) + f"\nwall {wall:.0f} s ({kind})")
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -439,8 +601,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     s.add_argument("--grid", nargs="+", type=setting, default=[], metavar="KEY=V1,V2", help="a sweep: values to try")
     s.add_argument("--in-process", action="store_true", help="no process per row (no peak RSS): GPU machines")
+    b = sub.add_parser("label-budget", help="how many labelled dev pairs selection needs (after similarity)")
+    b.add_argument("--results", type=Path, help="default: benchmarks/results/label_budget.json")
     m = sub.add_parser("main-job", help="the README's main job, timed")
     m.add_argument("--results", type=Path, help="default: benchmarks/results/main_job.json")
+    m.add_argument("--no-bf16", action="store_true", help="fp32 on torch/oneDNN/MKL kernels limited to AVX2")
+    m.add_argument("--seeds", nargs="+", type=int, help="several seeds, one after another (default: the recipe's)")
     for p in (s, m):
         p.add_argument("--set", nargs="+", type=setting, default=[], metavar="KEY=VALUE", help="recipe changes")
     return ap
@@ -452,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     args.command = " ".join(["python -m benchmarks.domain", *argv])
     args.set = {key: values[0] for key, values in getattr(args, "set", [])}
     args.grid = dict(getattr(args, "grid", []))
-    {"similarity": similarity, "main-job": main_job}[args.bench](args)
+    {"similarity": similarity, "main-job": main_job, "label-budget": label_budget}[args.bench](args)
     return 0
 
 

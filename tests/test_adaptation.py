@@ -51,13 +51,14 @@ def test_the_guard_refuses_a_candidate_that_forgets_and_says_so(tiny_bert, synth
     scripted(monkeypatch, STSEvaluator, "spearman", [80.0, 79.8, 70.0])  # the guard: step 4 forgets
     out = tmp_path / "run"
     result = mixcse.train(tiny(tiny_bert, synthetic_data, out, select_on="pairs", select_data=str(dev),
-                               guard_data="stsb_dev", guard_tolerance=0.5))
+                               guard_data="stsb_dev", guard_tolerance=0.5, interpolate="none"))
     assert (result.best_step, result.best_dev) == (2, 60.0)  # 70.0 at step 4 was refused
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["guard"]["start"] == 80.0 and summary["guard"]["best"] == 79.8
-    assert summary["guard"]["refused"] == [{"step": 4, "alpha": 1.0}]
-    assert [(c["step"], c["score"], c["guard"], c["accepted"]) for c in summary["candidates"]] == [
-        (0, 50.0, 80.0, True), (2, 60.0, 79.8, True), (4, 70.0, 70.0, False)]
+    (guard,) = summary["guards"]
+    assert guard["start"] == 80.0 and guard["best"] == 79.8
+    assert guard["refused"] == [{"step": 4, "alpha": 1.0}]
+    assert [(c["step"], c["score"], c["guards"], c["accepted"]) for c in summary["candidates"]] == [
+        (0, 50.0, [80.0], True), (2, 60.0, [79.8], True), (4, 70.0, [70.0], False)]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["guard_accepted"]) for r in records if "guard" in r] == [(0, True), (2, True), (4, False)]
     printed = capsys.readouterr()
@@ -149,7 +150,7 @@ def test_a_run_with_the_start_model_levers_trains_and_logs_them(levers, tiny_ber
     (dict(guard_data="missing.tsv"), "guard_data not found: missing.tsv"),
     (dict(guard_data="stsb_dev", data_dir="nowhere"), "data_dir nowhere: no STS-B dev file"),
     (dict(max_seq_length=100000), "max_seq_length 100000 exceeds the 128 positions of"),
-    (dict(interpolate="sometimes"), "interpolate must be a list of numbers or auto"),
+    (dict(interpolate="sometimes"), "interpolate must be a list of numbers, search, auto or none"),
     (dict(interpolate=[0.5, -1.0]), "interpolate must list blend weights > 0"),
     (dict(false_negative_threshold=2.0), "is a cosine similarity, in [-1, 1]"),
     (dict(guard_tolerance=-1.0), "'guard_tolerance' must be >= 0"),
@@ -182,3 +183,96 @@ def test_a_pair_file_with_one_label_value_is_refused(tiny_bert, synthetic_data, 
     with pytest.raises(MixCSEError, match="only one label value"):
         mixcse.train(tiny(tiny_bert, synthetic_data, out, select_on="pairs", select_data=str(ones)))
     assert not out.exists()
+
+
+def guard_falling_in_alpha(monkeypatch, slope=10.0):
+    """Every candidate's scores as functions of (step, blend weight a): the selector gives 50 + 5 step a (blends of
+    later checkpoints score higher) and the guard 80 - slope * a (80 for the start model): it falls linearly in a.
+    The step and the weight in place are read off the selection room's entry and its model adapter."""
+    from mixcse.training import selection
+
+    now = {"step": 0, "alpha": 1.0}
+    evaluate, use = selection.Selection.evaluate, selection.CandidateModel.use
+
+    def observed_evaluate(self, step, model, state):
+        now.update(step=step, alpha=1.0)
+        return evaluate(self, step, model, state)
+
+    def tracked_use(self, alpha):
+        use(self, alpha)
+        now["alpha"] = alpha
+
+    monkeypatch.setattr(selection.Selection, "evaluate", observed_evaluate)
+    monkeypatch.setattr(selection.CandidateModel, "use", tracked_use)
+    monkeypatch.setattr(PairsEvaluator, "__call__", lambda self, encoder, **kw: {
+        "dev": {"main": "ap", "ap": 50.0 + 5.0 * now["step"] * now["alpha"]}})
+    monkeypatch.setattr(STSEvaluator, "__call__", lambda self, encoder, **kw: {
+        "spearman": 80.0 - (slope * now["alpha"] if now["step"] > 0 else 0.0)})
+    return now
+
+
+def test_a_guard_that_refuses_every_step_gets_the_blend_weight_searched(tiny_bert, synthetic_data, tmp_path,
+                                                                        monkeypatch, capsys):
+    """The guard falls linearly in a; with tolerance 6.2 the boundary is a = 0.62 and every plain checkpoint (a = 1)
+    fails. The search finds a passing weight within 0.05 of it in at most 5 extra scorings per refused checkpoint,
+    best/ is bit for bit `mixcse merge START CKPT --weights 1-a a`, and the closing lines name the refusal."""
+    from mixcse.cli import main as cli
+
+    dev = write_pairs(tmp_path / "dev.tsv", DEV)
+    guard_falling_in_alpha(monkeypatch)
+    out = tmp_path / "run"
+    result = mixcse.train(tiny(tiny_bert, synthetic_data, out, select_on="pairs", select_data=str(dev),
+                               guard_data="stsb_dev", guard_tolerance=6.2, save_candidates=True))
+    summary = json.loads((out / "summary.json").read_text())
+    plain = [c for c in summary["candidates"] if c["step"] > 0 and c["alpha"] == 1.0]
+    assert [c["accepted"] for c in plain] == [False, False]  # every plain checkpoint fails the guard
+    for step in (2, 4):
+        searched = [c["alpha"] for c in summary["candidates"] if c["step"] == step and c["alpha"] != 1.0]
+        assert 1 <= len(searched) <= 5
+    assert (result.best_step, summary["best_alpha"]) == (4, result.best_alpha)
+    assert 0.62 - 0.05 <= result.best_alpha <= 0.62 and result.best_dev == pytest.approx(50 + 20 * result.best_alpha)
+    assert summary["guards"][0]["best"] >= 80.0 - 6.2 and {"step": 4, "alpha": 1.0} in summary["guards"][0]["refused"]
+    assert summary["decision"].startswith("step 4 scored 70.00 but stsb_dev fell to 70.00, more than 6.2 below "
+                                          f"80.00; the blend a {result.best_alpha:.2f} keeps")
+    printed = capsys.readouterr().out
+    assert f"decision: {summary['decision']}" in printed and "candidates scored (the frontier):" in printed
+    merged = tmp_path / "merged"
+    monkeypatch.undo()
+    assert cli(["merge", str(out / "candidates" / "step-0"), str(out / "candidates" / "step-4"), "--weights",
+                repr(1 - result.best_alpha), repr(result.best_alpha), "--output", str(merged)]) == 0
+    best, expected = weights(out / "best"), weights(merged)
+    assert best.keys() == expected.keys() and all(torch.equal(best[k], expected[k]) for k in best)
+
+
+def test_interpolate_none_switches_the_search_off_and_several_guards_must_all_pass(tiny_bert, synthetic_data,
+                                                                                   tmp_path, monkeypatch):
+    dev = write_pairs(tmp_path / "dev.tsv", DEV)
+    keep = write_pairs(tmp_path / "keep.tsv", DEV)
+    guard_falling_in_alpha(monkeypatch)
+    out = tmp_path / "none"
+    result = mixcse.train(tiny(tiny_bert, synthetic_data, out, select_on="pairs", select_data=str(dev),
+                               guard_data="stsb_dev", guard_tolerance=6.2, interpolate="none"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert result.best_step == 0 and all(c["alpha"] == 1.0 for c in summary["candidates"])
+    assert summary["decision"].startswith("2 candidate(s) beat the start model's pairs_ap 50.00 but every one failed "
+                                          "a guard (stsb_dev fell to 70.00")
+    # a second guard on its own pairs: the pairs selector is scripted too, so it scores as the selection data does
+    # (50 + 5 step a); with tolerance 100 it never refuses, the falling STS-B guard still decides
+    out = tmp_path / "two"
+    result = mixcse.train(tiny(tiny_bert, synthetic_data, out, select_on="pairs", select_data=str(dev),
+                               guard_data=["stsb_dev", str(keep)], guard_tolerance=[6.2, 100.0]))
+    summary = json.loads((out / "summary.json").read_text())
+    assert [g["metric"] for g in summary["guards"]] == ["stsb_dev", "pairs_ap"]
+    assert [g["tolerance"] for g in summary["guards"]] == [6.2, 100.0]
+    assert all(len(c["guards"]) == 2 for c in summary["candidates"] if "guards" in c)
+    assert 0.57 <= result.best_alpha <= 0.62
+    card = (out / "best" / "README.md").read_text()
+    assert "`stsb_dev`" in card and "`pairs_ap`" in card and summary["decision"] in card
+
+
+def test_a_guard_whose_start_score_is_not_finite_is_refused(tiny_bert, synthetic_data, tmp_path, monkeypatch):
+    dev = write_pairs(tmp_path / "dev.tsv", DEV)
+    monkeypatch.setattr(STSEvaluator, "__call__", lambda self, encoder, **kw: {"spearman": float("nan")})
+    with pytest.raises(MixCSEError, match=r"guard stsb_dev \(stsb_dev\): the start model scores nan on it"):
+        mixcse.train(tiny(tiny_bert, synthetic_data, tmp_path / "run", select_on="pairs", select_data=str(dev),
+                          guard_data="stsb_dev"))

@@ -10,7 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LONG_FUNCTION = 100  # lines of code, the docstring not counted
-BENCHMARK_LINES = 2400  # benchmark code stays small beside the library: about a fifth of the code
+BENCHMARK_LINES = 2600  # benchmark code stays small beside the library; raised only by a commit that adds a benchmark
 
 
 def code_lines(node: ast.FunctionDef) -> int:

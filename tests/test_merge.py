@@ -242,3 +242,41 @@ def test_refusals_are_one_error_line_and_write_nothing(names, extra, line, model
     assert main(argv) == 2
     assert capsys.readouterr().err == line.format(**paths) + "\n"
     assert snapshot(tmp_path, *models.values()) == before
+
+
+def test_merge_select_data_searches_the_blend_a_guard_allows(models, synthetic_data, tmp_path, monkeypatch, capsys):
+    """The guard falls linearly in a (tests/test_adaptation.py): the adapted model is refused, the search finds the
+    weight at the boundary, and the output is bit for bit `mixcse merge --weights 1-a a`."""
+    from test_adaptation import DEV, guard_falling_in_alpha, write_pairs
+
+    dev = write_pairs(tmp_path / "dev.tsv", DEV)
+    guard_falling_in_alpha(monkeypatch)
+    out = tmp_path / "searched"
+    assert main(["merge", str(models["start"]), str(models["adapted"]), "--select-data", str(dev), "--guard-data",
+                 "stsb_dev", "--guard-tolerance", "6.2", "--data-dir", str(synthetic_data["data_dir"]),
+                 "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "candidates scored (the frontier):" in printed
+    assert ("decision: the adapted model scored 55.00 but stsb_dev fell to 70.00, more than 6.2 below 80.00; the "
+            "blend a 0.59 keeps") in printed
+    alpha = 0.59375  # bisection of (0, 1) for the boundary at 0.62: 0.5, 0.75, 0.625, 0.5625, 0.59375
+    assert f"wrote {out}: {1 - alpha:g} x {models['start']} + {alpha:g} x {models['adapted']}" in printed
+    monkeypatch.undo()
+    by_weights = tmp_path / "by-weights"
+    assert main(["merge", str(models["start"]), str(models["adapted"]), "--weights", repr(1 - alpha), repr(alpha),
+                 "--output", str(by_weights)]) == 0
+    a, b = weights_of(out), weights_of(by_weights)
+    assert a.keys() == b.keys() and all(same_bits(a[k], b[k]) for k in a)
+
+
+def test_merge_select_data_without_a_guard_keeps_the_better_end(models, tmp_path, monkeypatch, capsys):
+    from test_adaptation import DEV, guard_falling_in_alpha, write_pairs
+
+    dev = write_pairs(tmp_path / "dev.tsv", DEV)
+    guard_falling_in_alpha(monkeypatch)  # no guard asked: the adapted model (55) beats the start (50)
+    out = tmp_path / "adapted-kept"
+    assert main(["merge", str(models["start"]), str(models["adapted"]), "--select-data", str(dev),
+                 "--output", str(out)]) == 0
+    assert "decision: " + str(out) + " is the adapted model: the best pairs_ap 55.00" in capsys.readouterr().out
+    a, b = weights_of(out), weights_of(models["adapted"])
+    assert all(same_bits(a[k], b[k]) for k in b)

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file
 
 import mixcse
 from mixcse.cli import main
 from mixcse.evaluation.sts import STSEvaluator
 from mixcse.models.sentence_encoder import SentenceEncoder
-from mixcse.training import rundir, step, trainer
+from mixcse.training import optim, rundir, step
 
 pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
 
@@ -95,6 +96,37 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, synthetic_da
                        for line in (p / "metrics.jsonl").read_text().splitlines()]
     assert strip(full) == strip(killed)  # nothing logged twice, nothing missing
     assert a["state"]["best_dev"] == b["state"]["best_dev"]
+
+
+def test_a_kill_during_a_blend_search_resumes_to_the_same_best(tiny_bert, synthetic_data, tmp_path, monkeypatch,
+                                                               interrupted_at_call):
+    """A guard that refuses every checkpoint makes each evaluation search the blend weight; the run dies inside the
+    search of step 8 (after the checkpoint of step 6) and, resumed, ships the same best/ bit for bit."""
+    from test_adaptation import DEV, guard_falling_in_alpha, write_pairs
+
+    from mixcse.training import selection
+
+    dev = write_pairs(tmp_path / "dev.tsv", DEV)
+    guard_falling_in_alpha(monkeypatch)
+    cfg = dict(max_steps=9, save_steps=3, eval_steps=4, select_on="pairs", select_data=str(dev),
+               guard_data="stsb_dev", guard_tolerance=6.2, data_dir=str(synthetic_data["data_dir"]))
+    full = tmp_path / "full"
+    mixcse.train(tiny_config(tiny_bert, synthetic_data, full, **cfg))
+    full_summary = json.loads((full / "summary.json").read_text())
+    assert sum(c["step"] == 8 and c["alpha"] != 1.0 for c in full_summary["candidates"]) >= 2  # step 8 searched
+
+    killed = tmp_path / "killed"
+    # blend calls: step 4's search (5 blends, its winner the last one scored), then step 8's: dies in its third
+    with interrupted_at_call(selection, "blend", 8):
+        mixcse.train(tiny_config(tiny_bert, synthetic_data, killed, **cfg))
+    assert _weights(killed)["state"]["step"] == 6
+    mixcse.train(tiny_config(tiny_bert, synthetic_data, killed, **cfg), resume=True)
+    summary = json.loads((killed / "summary.json").read_text())
+    assert {k: summary[k] for k in ("best_step", "best_alpha", "best_dev", "candidates", "decision")} == \
+        {k: full_summary[k] for k in ("best_step", "best_alpha", "best_dev", "candidates", "decision")}
+    a = load_file(str(full / "best" / "model.safetensors"))
+    b = load_file(str(killed / "best" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def run_cli(args, capsys):
@@ -207,16 +239,16 @@ def test_early_stopping_and_best_selection(tiny_bert, synthetic_data, tmp_path, 
 
 def test_precision_auto_on_cpu_follows_bf16_support(monkeypatch, capsys):
     cpu = torch.device("cpu")
-    monkeypatch.setattr(trainer, "cpu_supports_bf16", lambda: True)
-    assert trainer.resolve_precision("auto", cpu) == "bf16"
-    monkeypatch.setattr(trainer, "cpu_supports_bf16", lambda: False)
-    assert trainer.resolve_precision("auto", cpu) == "fp32"
+    monkeypatch.setattr(optim, "cpu_supports_bf16", lambda: True)
+    assert optim.resolve_precision("auto", cpu) == "bf16"
+    monkeypatch.setattr(optim, "cpu_supports_bf16", lambda: False)
+    assert optim.resolve_precision("auto", cpu) == "fp32"
     assert "precision auto -> fp32" in capsys.readouterr().err
-    assert trainer.resolve_precision("fp32", cpu) == "fp32"
-    assert trainer.resolve_precision("bf16", cpu) == "bf16"  # asked for explicitly: kept, with a warning
+    assert optim.resolve_precision("fp32", cpu) == "fp32"
+    assert optim.resolve_precision("bf16", cpu) == "bf16"  # asked for explicitly: kept, with a warning
     assert "warning: precision bf16 on a CPU with neither" in capsys.readouterr().err
-    monkeypatch.setattr(trainer, "cpu_supports_bf16", lambda: True)
-    assert trainer.resolve_precision("bf16", cpu) == "bf16" and capsys.readouterr().err == ""
+    monkeypatch.setattr(optim, "cpu_supports_bf16", lambda: True)
+    assert optim.resolve_precision("bf16", cpu) == "bf16" and capsys.readouterr().err == ""
 
 
 def test_resume_may_lengthen_the_run_and_records_every_changed_key(tiny_bert, synthetic_data, tmp_path, capsys):

@@ -138,14 +138,24 @@ def test_a_mixcse_run_cut_off_mid_training_resumes_from_its_checkpoint_and_recor
 
 
 @needs_example_data(domain.DATA)
-def test_main_job_records_the_runs_summary_and_report(tiny_bert, tmp_path):
+def test_main_job_keeps_one_record_per_machine_kind(tiny_bert, tmp_path, monkeypatch):
     results = tmp_path / "main_job.json"
-    assert domain.main(["main-job", "--results", str(results), "--set", f"model={tiny_bert}", "max_steps=2",
-                        "eval_steps=1", "batch_size=8"]) == 0
-    written = json.loads(results.read_text())
-    assert written["recipe"] == domain.MAIN_JOB_RECIPE and written["summary"]["steps"] == 2
-    assert any(line.startswith("start dev pairs AP") for line in written["report"]) and written["wall_seconds"] > 0
-    assert any(line.startswith("guard stsb_dev (tolerance 0.3)") for line in written["report"])
+    tiny = ["--set", f"model={tiny_bert}", "max_steps=2", "eval_steps=1", "batch_size=8"]
+    for extra in ([], ["--no-bf16"], []):  # the plain kind twice: its record is replaced, the other kept
+        assert domain.main(["main-job", "--results", str(results), *extra, *tiny]) == 0
+    records = json.loads(results.read_text())["records"]
+    assert len(records) == 2 and records[0]["kind"] != records[1]["kind"]
+    plain, no_bf16 = records[1], records[0]
+    assert no_bf16["machine"]["precision"] == "fp32" and no_bf16["machine"]["torch_kernels"] in ("AVX2", "DEFAULT")
+    assert no_bf16["machine"]["kernel_limits"]["ATEN_CPU_CAPABILITY"] == "avx2"
+    for written in records:
+        assert written["recipe"] == domain.MAIN_JOB_RECIPE and written["summary"]["steps"] == 2
+        assert any(line.startswith("start dev pairs AP") for line in written["report"]) and written["wall_seconds"] > 0
+        assert any(line.startswith("guard stsb_dev (tolerance 0.3)") for line in written["report"])
+        assert set(written["summary"]["seconds"]) == {"train", "select", "guard", "test", "other"}
+    monkeypatch.setattr(domain.common, "RESULTS", tmp_path)
+    text = domain.render_main_job()
+    assert text.count("\n- ") == 2 and f"- {plain['kind']} (" in text and "other " in text
 
 
 @pytest.mark.parametrize("argv", [["similarity", "--set", "max_steps"], ["similarity", "--methods", "nope"],
@@ -155,3 +165,32 @@ def test_bad_input_is_one_error_line_and_exit_code_2(argv, capsys):
         domain.main(argv)
     assert exit.value.code == 2
     assert ": error: " in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_label_budget_picks_among_the_saved_candidates_of_the_recipes_runs(tiny_similarity, tmp_path, monkeypatch):
+    """Two seeds of a tiny 'shipped recipe', then selection re-run on 4, 8 and all dev pairs: every pick is one of
+    the runs' candidates, the all-pairs pick is the run's own choice, and the block renders from the JSON."""
+    recipe = tmp_path / "r-mixcse.yaml"
+    recipe.write_text("model: m\ntrain_file: t\noutput_dir: o\nloss: mixcse\nlearning_rate: 1.0e-3\nmax_steps: 2\n"
+                      "eval_steps: 1\nbatch_size: 8\nmax_seq_length: 32\nguard_data: stsb_dev\n"
+                      "guard_tolerance: 0.3\ninterpolate: search\n")
+    monkeypatch.setattr(domain, "RECIPES", {"products": str(recipe), "medical": str(recipe)})
+    monkeypatch.setattr(domain, "DOMAINS", {"products": domain.DOMAINS["products"]})
+    monkeypatch.setattr(domain, "BUDGETS", (4, 8, None))
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    (tmp_path / "docs").mkdir()
+    assert domain.main(["similarity", "--results", str(tmp_path / "similarity_adaptation.json"), "--docs",
+                        str(tmp_path / "docs"), "--seeds", "0", "1", "--in-process", "--methods", "mixcse", "--set",
+                        "max_steps=2", "eval_steps=1", "batch_size=8", "learning_rate=1e-3", "guard_data=stsb_dev",
+                        "guard_tolerance=0.3", "interpolate=search"]) == 0
+    runs = json.loads((tmp_path / "similarity_adaptation.json").read_text())["runs"]
+    assert {domain.row_label("products", "mixcse", r["settings"]) for r in runs} == {"mixcse, shipped recipe"}
+    assert domain.main(["label-budget", "--results", str(tmp_path / "label_budget.json")]) == 0
+    written = json.loads((tmp_path / "label_budget.json").read_text())["domains"]["products"]
+    assert written["seeds"] == [0, 1] and set(written["picks"]) == {"4", "8", "all"}
+    assert [len(p) for p in written["picks"].values()] == [6, 6, 2]  # 3 subsamples a seed; all pairs once
+    for run, chosen in zip(sorted(runs, key=lambda r: r["seed"]), written["picks"]["all"]):
+        summary = json.loads((domain.CACHE / run["key"].replace("|", "_") / "summary.json").read_text())
+        assert (chosen["step"], chosen["alpha"]) == (summary["best_step"], summary["best_alpha"])
+    text = domain.render_label_budget()
+    assert "**products**" in text and "| all | 2 |" in text and "within the seed spread" in text

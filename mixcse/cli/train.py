@@ -46,8 +46,7 @@ def _report(result) -> None:
     if getattr(result, "best_alpha", None) not in (None, 1.0):
         print(f"best/ is the blend {result.best_alpha:g} x the step-{result.best_step} checkpoint + "
               f"{1 - result.best_alpha:g} x the start model")
-    guard = getattr(result, "guard", None)
-    if guard:
+    for guard in getattr(result, "guards", None) or []:
         refused = ", ".join(f"step {c['step']}" + (f" blend {c['alpha']:g}" if c["alpha"] != 1.0 else "")
                             for c in guard["refused"])
         print(f"guard {guard['metric']} (tolerance {guard['tolerance']:g}), start -> best: {fmt(guard['start'])} -> "
@@ -62,6 +61,11 @@ def _report(result) -> None:
 
 def _next_step(result) -> str:
     """One line on what the selection number means and what to run next, so a first run is not misread."""
+    if result.select_metric is not None and result.best_step == 0 and getattr(result, "guards", None) and \
+            not (result.decision or "").startswith("no step beat"):
+        return (f"note: best/ is the start model: {result.decision}. Blends with the start model are searched when "
+                f"a guard refuses a checkpoint (unless interpolate: none); a looser guard_tolerance, a lower "
+                f"learning_rate or fewer steps forget less (docs/domain-adaptation.md)")
     if result.select_metric is not None and result.best_step == 0:
         if result.select_metric == "stsb_dev":
             return ("note: no training step beat the start model on STS-B dev, so best/ is the start model. STS-B "

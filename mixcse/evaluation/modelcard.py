@@ -363,24 +363,30 @@ def _selection(summary: dict) -> list[str]:
 
 
 def _candidates(summary: dict, metric: str) -> list[str]:
-    """Every scored candidate (checkpoints and blends with the start model) with its guard score, when the run had
-    a forgetting guard or blends."""
-    candidates, guard = summary.get("candidates"), summary.get("guard")
+    """Every scored candidate (checkpoints and blends with the start model) with its guard scores -- the frontier --
+    and the sentence saying why the selected model was chosen."""
+    candidates, guards = summary.get("candidates"), summary.get("guards") or []
     if not candidates:
         return []
-    lines = []
-    if guard:
+    lines = [f"Selection: {summary['decision']}.", ""] if summary.get("decision") else []
+    for guard in guards:
         refused = len(guard.get("refused") or [])
         lines += [f"Forgetting guard: `{guard.get('metric')}` ({guard.get('description', guard.get('data'))}); a "
-                  f"candidate that would have been kept but scores more than {guard.get('tolerance')} points below "
-                  f"the start model's {number(guard.get('start'))} is refused ({refused} refused; the guard is "
-                  f"asked only of such candidates). The selected model scores {number(guard.get('best'))}.", ""]
-    header = ["step", "blend weight", f"`{metric}`"] + (["guard", "accepted"] if guard else [])
+                  f"candidate that scores more than {guard.get('tolerance')} points below the start model's "
+                  f"{number(guard.get('start'))} is refused ({refused} refused; the guard is asked of a checkpoint "
+                  f"only when it would be kept, and of every searched blend). The selected model scores "
+                  f"{number(guard.get('best'))}.", ""]
+    header = ["step", "blend weight", f"`{metric}`"] + [f"`{g.get('metric')}`" for g in guards] + \
+        (["accepted"] if guards else [])
     rows = [[str(c.get("step")), f"{c.get('alpha', 1.0):g}", number(c.get("score"))]
-            + ([number(c.get("guard")), {True: "yes", False: "refused"}.get(c.get("accepted"), "–")] if guard else [])
+            + [number(s) for s in (c.get("guards") or [None] * len(guards))]
+            + ([{True: "yes", False: "refused"}.get(c.get("accepted"), "–")] if guards else [])
             for c in candidates]
-    return lines + ["Candidates (a blend weight a is (1 - a) x the start model + a x the checkpoint):", ""] + \
+    lines += ["Candidates (a blend weight a is (1 - a) x the start model + a x the checkpoint):", ""] + \
         markdown_table(header, rows, centred=True) + [""]
+    if summary.get("frontier_plot"):
+        lines += ["![selection score against each guard, every candidate](frontier.png)", ""]
+    return lines
 
 
 def write_model_card(best_dir: Path, resolved: dict, summary: dict, eval_results: dict | None = None, *,

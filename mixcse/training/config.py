@@ -98,12 +98,16 @@ class TrainConfig:
     test_pairs: list[str] | None = None
     # the forgetting guard: "stsb_dev" or a labelled pairs / graded file scored on every candidate; a candidate more
     # than guard_tolerance points below the start model's guard score is refused (the start model always passes)
-    guard_data: str | None = None
-    guard_tolerance: float = 0.5
-    # blends (1 - a) * start + a * checkpoint scored as candidates too, at every evaluation; "auto": 0.25, 0.5, 0.75
+    # one guard or a list ([stsb_dev, keep.tsv]); a candidate passes when every guard passes
+    guard_data: str | list[str] | None = None
+    guard_tolerance: float | list[float] = 0.5  # one for every guard, or one per guard
+    # blends (1 - a) * start + a * checkpoint as selection candidates (training/selection.py). "search" (also when
+    # unset): a checkpoint that beats every candidate but fails a guard gets its blend weight searched (bisection);
+    # a list adds fixed weights at every evaluation, "auto" the grid 0.25, 0.5, 0.75 (the search stays on);
+    # "none": no blends, no search
     interpolate: list[float] | str | None = None
     eval_steps: int = 125
-    eval_batch_size: int = 128
+    eval_batch_size: int = 64  # sentences per inference batch (a 2-core CPU encodes faster at 64 than at 128)
     analysis_at_eval: bool = False  # also log alignment/uniformity/max angle of STS-B dev at each evaluation
     early_stopping_patience: int | None = None  # evaluations without improvement before stopping
     save_steps: int | None = None  # resumable checkpoint cadence; defaults to eval_steps
@@ -165,7 +169,7 @@ class TrainConfig:
             raise ConfigError("batch_size must be >= 2: in-batch negatives need a second sentence")
         for name in FLOAT_KEYS:  # nan passes every comparison below, so finiteness is checked first
             value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
+            if value is not None and not isinstance(value, list) and not math.isfinite(value):
                 raise ConfigError(f"config key {name!r} must be a finite number, got {value}")
         for name in ("learning_rate", "temperature", "max_grad_norm"):
             value = getattr(self, name)
@@ -194,15 +198,24 @@ class TrainConfig:
         if (self.false_negative_threshold is not None or self.distill_weight) and self.loss == "mixcse-released":
             raise ConfigError("false_negative_threshold and distill_weight apply to the paper's objectives, not "
                               "mixcse-released")
-        if self.guard_tolerance < 0:
-            raise ConfigError(f"config key 'guard_tolerance' must be >= 0, got {self.guard_tolerance}")
+        tolerances = self.guard_tolerance if isinstance(self.guard_tolerance, list) else [self.guard_tolerance]
+        if not all(math.isfinite(t) and t >= 0 for t in tolerances) or not tolerances:
+            raise ConfigError(f"config key 'guard_tolerance' must be >= 0 and finite (a number, or one per guard), "
+                              f"got {self.guard_tolerance}")
+        n_guards = 0 if self.guard_data is None else 1 if isinstance(self.guard_data, str) else len(self.guard_data)
+        if isinstance(self.guard_tolerance, list) and len(self.guard_tolerance) != n_guards:
+            raise ConfigError(f"guard_tolerance lists {len(self.guard_tolerance)} tolerances for {n_guards} "
+                              f"guard_data entries; give one number, or one per guard")
+        if isinstance(self.guard_data, list) and not self.guard_data:
+            raise ConfigError("guard_data is an empty list; leave it unset for no guard")
         if self.guard_data is not None and self.select_on == "none":
             raise ConfigError("guard_data guards checkpoint selection: set select_on (pairs, stsb_dev, retrieval)")
         if self.interpolate is not None:
             if self.select_on == "none":
                 raise ConfigError("interpolate adds blends as selection candidates: set select_on")
-            if isinstance(self.interpolate, str) and self.interpolate != "auto":
-                raise ConfigError(f"interpolate must be a list of numbers or auto, got {self.interpolate!r}")
+            if isinstance(self.interpolate, str) and self.interpolate not in ("search", "auto", "none"):
+                raise ConfigError(f"interpolate must be a list of numbers, search, auto or none, got "
+                                  f"{self.interpolate!r}")
             if isinstance(self.interpolate, list) and (
                     not self.interpolate or not all(math.isfinite(a) and a > 0 for a in self.interpolate)):
                 raise ConfigError(f"interpolate must list blend weights > 0 (1.0 = the checkpoint itself, above 1 "
@@ -212,9 +225,17 @@ class TrainConfig:
         """Whether the run embeds its training text with the start model before the first step."""
         return self.positives == "mined" or self.false_negative_threshold is not None or bool(self.distill_weight)
 
+    def guard_list(self) -> list[tuple[str, float]]:
+        """[(guard data, tolerance)] of every guard."""
+        data = [] if self.guard_data is None else [self.guard_data] if isinstance(self.guard_data, str) \
+            else list(self.guard_data)
+        tolerances = (self.guard_tolerance if isinstance(self.guard_tolerance, list)
+                      else [self.guard_tolerance] * len(data))
+        return list(zip(data, tolerances))
+
     def blend_weights(self) -> list[float]:
         """The candidates' weights on the checkpoint at each evaluation: 1.0 (the checkpoint) and the blends."""
-        if self.interpolate is None:
+        if self.interpolate is None or self.interpolate in ("search", "none"):
             return [1.0]
         alphas = [0.25, 0.5, 0.75] if self.interpolate == "auto" else list(self.interpolate)
         return [1.0] + sorted({float(a) for a in alphas} - {1.0})

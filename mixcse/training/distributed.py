@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from mixcse.errors import ConfigError
+
 
 @dataclass
 class DistContext:
@@ -84,3 +86,13 @@ def broadcast_object(obj, ctx: DistContext):
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def check_batch_split(batch_size: int, mini_batch_size: int | None, ctx) -> None:
+    """The global batch splits evenly over the processes, and each share over ``mini_batch_size``."""
+    if batch_size % ctx.world_size:
+        raise ConfigError(f"batch_size {batch_size} is not divisible by the {ctx.world_size} processes")
+    per_rank = batch_size // ctx.world_size
+    if mini_batch_size is not None and per_rank % mini_batch_size:
+        raise ConfigError(f"mini_batch_size {mini_batch_size} does not divide the per-process batch "
+                          f"(batch_size {batch_size} / {ctx.world_size} processes = {per_rank})")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import random
 import shutil
 import sys
@@ -229,3 +230,54 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def random_state_kept():
+    """Evaluation leaves the random state as it found it: how often and on how many candidates a run scores never
+    changes the dropout masks its training steps draw."""
+    state = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state)
+
+
+def file_stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
+
+
+def read_resume(out: Path, config: dict, defaults: dict, is_main: bool) -> tuple[dict, tuple | None, list, dict]:
+    """(checkpoint, its file stamp, the config history, the keys changed since): a resumed run continues under the
+    config it started with, except for keys that do not change the result (``defaults``: every key's default)."""
+    ckpt_stamp = file_stamp(checkpoint_path(out))
+    ckpt = read_checkpoint(out)
+    record = saved_record(out) or {}
+    recorded = record.get("config") if isinstance(record.get("config"), dict) else ckpt.get("config") or {}
+    changed = resume_changes({**defaults, **recorded}, config)
+    history = [entry for entry in record.get("history") or [] if isinstance(entry, dict)]
+    if changed and is_main:
+        listed = ", ".join(f"{key} ({old!r} -> {new!r})" for key, (old, new) in changed.items())
+        print(f"note: resuming with changed config keys: {listed}; recorded in config.yaml's history"
+              + ("; the learning rate follows the linear schedule of the new length from here on"
+                 if RESUME_SCHEDULE_KEYS & set(changed) else ""), file=sys.stderr)
+    return ckpt, ckpt_stamp, history, changed
+
+
+def claim_folder(held: contextlib.ExitStack, out: Path, config: dict, *, resumed: bool, overwrite: bool,
+                 resume_asked: bool, ckpt_stamp: tuple | None) -> str | None:
+    """(rank 0) Take the folder's lock and check the folder again under it: another run may have written there
+    since the first check. The refusal's message, or None."""
+    try:
+        held.enter_context(run_lock(out))
+        again = prepare_output_dir(out, config, overwrite=overwrite, resume=resume_asked, quiet=True)
+        if again != resumed or (resumed and file_stamp(checkpoint_path(out)) != ckpt_stamp):
+            raise MixCSEError(f"output_dir {out} changed while this run was starting (another mixcse train wrote "
+                              f"there); run the command again")
+    except MixCSEError as exc:
+        return str(exc)
+    return None

@@ -17,6 +17,9 @@ Mining compares every sentence with every other, in blocks: time grows with the 
 """
 from __future__ import annotations
 
+import sys
+import time
+
 import numpy as np
 import torch
 
@@ -87,3 +90,28 @@ class StartModelSignals:
         if self.distill:
             out["teacher"] = t
         return out
+
+
+def start_model_levers(cfg, encoder, tokenizer, texts: list, device, is_main: bool):
+    """(``positives: mined`` pairs, the per-batch signals of false negatives and distillation, the mining report)
+    from the start model's embeddings of the training text; (None, None, None) when no lever asks for them."""
+    if not cfg.uses_start_embeddings():
+        return None, None, None
+    anchors = [a for a, _ in texts] if cfg.positives in ("neighbours", "title") else texts
+    t0 = time.perf_counter()
+    emb = start_embeddings(encoder, tokenizer, anchors, max_seq_length=cfg.max_seq_length,
+                           batch_size=cfg.eval_batch_size, device=device)
+    note = f"start model: embedded {len(anchors):,} training sentences in {time.perf_counter() - t0:.1f}s"
+    pairs = report = None
+    if cfg.positives == "mined":
+        pairs, report = mine_mutual_neighbours(anchors, emb, cfg.mine_threshold)
+        note += (f"; positives mined: {report['with_mined_positive']:,} of {report['sentences']:,} sentences "
+                 f"have a mutual nearest neighbour at cosine >= {cfg.mine_threshold:g}, e.g. "
+                 + " | ".join(f"{a!r} ~ {b!r} ({c:.2f})" for a, b, c in report["sample"]))
+    if is_main:
+        print(note, file=sys.stderr, flush=True)
+    signals = None
+    if cfg.false_negative_threshold is not None or cfg.distill_weight:
+        signals = StartModelSignals(emb, false_negative_threshold=cfg.false_negative_threshold,
+                                    distill=bool(cfg.distill_weight))
+    return pairs, signals, report

@@ -8,7 +8,8 @@ prints a plain line at most every ``every_seconds`` and once at the end, e.g.
 Interface: ``update(n=1, **fields)`` advances and sets the fields shown after the count (the latest value of each
 is kept); ``write(message)`` prints a result line (to stdout) that never lands on the bar; ``close()`` ends it
 (the non-TTY form prints its last line then). ``enabled=False`` makes all three silent except ``write``, which
-still prints.
+still prints. ``eta``: a function giving the seconds left (or None), shown instead of the bar's own estimate, which
+knows only the rate of the count (a training run adds the evaluations still to come).
 Usable as a context manager.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 
 def _clock(seconds: float) -> str:
@@ -34,7 +35,8 @@ def _value(value: Any) -> str:
 
 class Progress:
     def __init__(self, total: int | None, desc: str, unit: str = "it", *, initial: int = 0, enabled: bool = True,
-                 every_seconds: float = 30.0, stream: IO[str] | None = None, tty: bool | None = None):
+                 every_seconds: float = 30.0, stream: IO[str] | None = None, tty: bool | None = None,
+                 eta: Callable[[], float | None] | None = None, clock: Callable[[], float] = time.perf_counter):
         self.total, self.desc, self.unit = total, desc, unit
         self.count = self._start_count = initial
         self.enabled = enabled
@@ -42,14 +44,16 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
         self.fields: dict[str, Any] = {}
-        self._start = self._last_print = time.perf_counter()
+        self.eta, self.clock = eta, clock
+        self._start = self._last_print = clock()
         self._bar = None
         self._closed = False
         if enabled and self.tty:
             from tqdm.auto import tqdm
 
+            own_eta = {} if eta is None else {"bar_format": "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"}
             self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, file=self.stream,
-                             dynamic_ncols=True)
+                             dynamic_ncols=True, **own_eta)
 
     def __enter__(self) -> "Progress":
         return self
@@ -64,10 +68,13 @@ class Progress:
             return
         if self._bar is not None:
             self._bar.update(n)
-            if fields:
-                self._bar.set_postfix({k: _value(v) for k, v in self.fields.items()}, refresh=False)
+            if fields or self.eta is not None:
+                shown = {k: _value(v) for k, v in self.fields.items()}
+                if self.eta is not None and (left := self.eta()) is not None:
+                    shown["ETA"] = _clock(left)
+                self._bar.set_postfix(shown, refresh=False)
             return
-        now = time.perf_counter()
+        now = self.clock()
         if now - self._last_print >= self.every_seconds:
             self._print_line(now)
 
@@ -81,7 +88,7 @@ class Progress:
 
     def line(self, now: float | None = None) -> str:
         """The plain progress line (what a non-terminal sees)."""
-        now = time.perf_counter() if now is None else now
+        now = self.clock() if now is None else now
         elapsed = now - self._start
         done = self.count - self._start_count
         parts = [f"{self.count}/{self.total} {self.unit}" if self.total else f"{self.count} {self.unit}"]
@@ -92,7 +99,10 @@ class Progress:
             rate = done / elapsed
             parts.append(f"{rate:.1f} {self.unit}/s" if rate >= 1 else f"{1 / rate:.1f} s/{self.unit.rstrip('s')}")
         parts.append(f"elapsed {_clock(elapsed)}")
-        if self.total and done and self.count < self.total:
+        if self.eta is not None:
+            if self.count < (self.total or 0) and (left := self.eta()) is not None:
+                parts.append(f"ETA {_clock(left)}")
+        elif self.total and done and self.count < self.total:
             parts.append(f"ETA {_clock(elapsed / done * (self.total - self.count))}")
         return f"{self.desc}: " + ", ".join(parts)
 
@@ -107,4 +117,4 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
         elif self.enabled and self.count > self._start_count:
-            self._print_line(time.perf_counter())
+            self._print_line(self.clock())
