@@ -80,6 +80,7 @@ def test_summary_says_where_the_wall_time_went(tiny_bert, synthetic_data, tmp_pa
               "test_pairs": [str(dev)], "precision": "fp32", "seed": 0}
     if resume:
         mixcse.train({**config, "max_steps": 3}, progress=False)
+        capsys.readouterr()
     result = mixcse.train(config, resume=resume, progress=False)
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["seconds"]) == set(PHASES) and result.seconds == summary["seconds"]

@@ -92,11 +92,13 @@ class StartModelSignals:
         return out
 
 
-def start_model_levers(cfg, encoder, tokenizer, texts: list, device, is_main: bool):
+def start_model_levers(cfg, encoder, tokenizer, corpus_loader, device, is_main: bool):
     """(``positives: mined`` pairs, the per-batch signals of false negatives and distillation, the mining report)
-    from the start model's embeddings of the training text; (None, None, None) when no lever asks for them."""
+    from the start model's embeddings of the training text (``corpus_loader.sentences``, read only here); (None,
+    None, None) when no lever asks for them."""
     if not cfg.uses_start_embeddings():
         return None, None, None
+    texts = corpus_loader.sentences
     anchors = [a for a, _ in texts] if cfg.positives in ("neighbours", "title") else texts
     t0 = time.perf_counter()
     emb = start_embeddings(encoder, tokenizer, anchors, max_seq_length=cfg.max_seq_length,

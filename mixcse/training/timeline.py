@@ -63,8 +63,8 @@ class Timeline:
         return per_step * steps_left + per_scoring * scorings_left + (self.mean("test") or 0.0) * tests_left
 
     def breakdown(self) -> dict[str, float]:
-        """{phase: seconds} of this call so far, rounded to 0.1 s."""
-        return {name: round(self.seconds[name], 1) for name in PHASES}
+        """{phase: seconds} of this call so far, to the millisecond."""
+        return {name: round(self.seconds[name], 3) for name in PHASES}
 
     def line(self, wall: float | None = None) -> str:
         wall = self.wall() if wall is None else wall

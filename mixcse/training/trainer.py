@@ -189,8 +189,8 @@ class Run:
 
     def _start_model_levers(self, corpus_loader) -> tuple[list | None, StartModelSignals | None]:
         """``positives: mined`` pairs and the per-batch signals from the start model (training/teacher.py)."""
-        pairs, signals, self.mined = start_model_levers(self.cfg, self.encoder, self.tokenizer,
-                                                        corpus_loader.sentences, self.ctx.device, self.ctx.is_main)
+        pairs, signals, self.mined = start_model_levers(self.cfg, self.encoder, self.tokenizer, corpus_loader,
+                                                        self.ctx.device, self.ctx.is_main)
         return pairs, signals
 
     def _build_optimizer(self) -> None:
