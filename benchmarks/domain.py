@@ -385,16 +385,15 @@ def render_main_job() -> str:
 BUDGETS = (25, 50, 100, 200, 400, None)  # labelled dev pairs selection may read; None: all of them
 
 
-def candidate_scores(folder: Path, summary: dict, domain: str, guard) -> list[dict]:
+def candidate_scores(folder: Path, summary: dict, domain: str, guards: list) -> list[dict]:
     """Every candidate a run scored (start, checkpoints, blends; candidates/step-N on disk): its dev and test pair
-    cosines and whether every guard passes (``guard``: the run's STS-B dev guard, (evaluator, tolerance))."""
+    cosines and whether every guard passes (``guards``: the recipe's, as selection.Guard)."""
     from mixcse.evaluation.pairs import read_pairs
     from mixcse.models.merge import merge_models
     from mixcse.models.sentence_encoder import SentenceEncoder
 
     sets = {name: read_pairs(PAIRS[DOMAINS[domain][name]]) for name in ("dev", "test")}
-    evaluator, tolerance = guard
-    out, start_guard = [], None
+    out, starts = [], None
     for c in summary["candidates"]:  # in the order the run scored them: ties go to the earliest, as in a run
         with tempfile.TemporaryDirectory() as tmp:
             path = folder / "candidates" / f"step-{c['step']}"
@@ -407,9 +406,9 @@ def candidate_scores(folder: Path, summary: dict, domain: str, guard) -> list[di
             for name, ps in sets.items():
                 a, b = encoder.encode(ps.a, batch_size=64), encoder.encode(ps.b, batch_size=64)
                 row[name] = ((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).tolist()
-            score = evaluator.primary(evaluator(encoder, batch_size=64))
-        start_guard = score if c["step"] == 0 else start_guard
-        row["passes"] = score >= start_guard - tolerance - 1e-9
+            scores = [g.evaluator.primary(g.evaluator(encoder, batch_size=64)) for g in guards]
+        starts = scores if c["step"] == 0 else starts
+        row["passes"] = all(g.passes(s, s0) for g, s, s0 in zip(guards, scores, starts))
         out.append(row)
     return out
 
@@ -431,8 +430,9 @@ def label_budget(args) -> None:
     from sklearn.metrics import average_precision_score
 
     from mixcse.evaluation.pairs import read_pairs
-    from mixcse.evaluation.sts import STSEvaluator
+    from mixcse.evaluation.selection import build_guard
     from mixcse.training.config import load_recipe
+    from mixcse.training.selection import Guard
 
     results = json.loads((common.RESULTS / "similarity_adaptation.json").read_text())
     record = {"budgets": [n or "all" for n in BUDGETS], "subsamples": 3, "domains": {}}
@@ -441,26 +441,29 @@ def label_budget(args) -> None:
         rows = [r for r in results["runs"] if r.get("domain") == domain and r["method"] == "mixcse"
                 and row_label(domain, "mixcse", r["settings"]) == "mixcse, shipped recipe"
                 and (CACHE / r["key"].replace("|", "_") / "candidates").is_dir()]
-        guard = (STSEvaluator.stsb_dev(common.DOWNSTREAM), recipe.guard_list()[0][1])
+        guards = [Guard(build_guard(data, data_dir=str(common.DOWNSTREAM)), data, tolerance)
+                  for data, tolerance in recipe.guard_list()]
         dev, test = (read_pairs(PAIRS[DOMAINS[domain][name]]) for name in ("dev", "test"))
         labels, test_labels = np.asarray(dev.scores) > 0.5, np.asarray(test.scores) > 0.5
         per_n: dict = {str(n or "all"): [] for n in BUDGETS}
         for r in rows:
             folder = CACHE / r["key"].replace("|", "_")
-            candidates = candidate_scores(folder, json.loads((folder / "summary.json").read_text()), domain, guard)
+            candidates = candidate_scores(folder, json.loads((folder / "summary.json").read_text()), domain, guards)
             for n in BUDGETS:
                 for k in range(1 if n is None else 3):
                     rng = np.random.default_rng([r["seed"], k, n or 0])
+                    positives = 0 if n is None else round(n * labels.mean())  # the file's share of positives
                     take = np.arange(len(labels)) if n is None else np.concatenate([
-                        rng.choice(np.flatnonzero(labels == v), round(n * np.mean(labels == v)), replace=False)
-                        for v in (True, False)])
+                        rng.choice(np.flatnonzero(labels), positives, replace=False),
+                        rng.choice(np.flatnonzero(~labels), n - positives, replace=False)])
                     chosen = pick(candidates, labels, take)
                     per_n[str(n or "all")].append({"seed": r["seed"], "subsample": k, "step": chosen["step"],
                                                    "alpha": chosen["alpha"], "test_ap": 100 * average_precision_score(
                                                        test_labels, chosen["test"])})
         full = common.mean_std([p["test_ap"] for p in per_n["all"]])
-        enough = next((n for n, picks in per_n.items() if full[1] is not None and abs(
-            common.mean_std([p["test_ap"] for p in picks])[0] - full[0]) <= full[1]), None)
+        within = [full[1] is not None and abs(common.mean_std([p["test_ap"] for p in picks])[0] - full[0]) <= full[1]
+                  for picks in per_n.values()]  # the smallest N from which every larger N is within the spread too
+        enough = next((n for i, n in enumerate(per_n) if all(within[i:])), None)
         record["domains"][domain] = {"seeds": sorted(r["seed"] for r in rows), "picks": per_n,
                                      "smallest_within_seed_spread": enough}
         print(f"{domain}: {len(rows)} runs; within the seed spread of the all-pairs pick from N = {enough}", flush=True)

@@ -171,7 +171,8 @@ CASES = [
     ("merge {model} {model} --select-data {tmp}/ones.tsv --output {out}/m", "only one label value"),
     ("merge {model} {model} --select-data {tmp}/nowhere.tsv --output {out}/m", "select_data not found"),
     ("merge {model} {model} --guard-data stsb_dev --output {out}/m", "give --select-data too"),
-    ("merge {model} {model} --select-data {tmp}/ones.tsv --weights 0.5 0.5 --output {out}/m", "exclude each other"),
+    ("merge {model} {model} --select-data {tmp}/ones.tsv --weights 0.5 0.5 --output {out}/m",
+     "go without --select-data"),
     ("merge {model} {model} {model} --select-data {tmp}/ones.tsv --output {out}/m", "of two models"),
     ("merge {model} {model} --select-data {tmp}/ones.tsv --guard-data stsb_dev stsb_dev --guard-tolerance 1 2 3 "
      "--output {out}/m", "gives 3 values for 2 guards"),

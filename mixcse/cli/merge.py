@@ -38,8 +38,9 @@ def _check_search(args) -> list[float]:
         if args.guard_data or args.data_dir:
             raise ConfigError("--guard-data and --data-dir guard the blend search: give --select-data too")
         return []
-    if args.weights is not None:
-        raise ConfigError("--weights and --select-data exclude each other: --select-data searches the weights")
+    if args.weights is not None or args.allow_extrapolation:
+        raise ConfigError("--weights and --allow-extrapolation go without --select-data, which searches a blend "
+                          "weight between 0 and 1")
     if len(args.models) != 2:
         raise ConfigError(f"--select-data searches the blend of two models (START ADAPTED), got {len(args.models)}")
     tolerances = list(args.guard_tolerance)

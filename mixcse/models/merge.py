@@ -277,25 +277,32 @@ def _write_output(output: Path, first: str, info: formats.ModelDirInfo, loaded: 
             encoder.save(staging, tokenizer, max_seq_length=load_info["max_seq_length"])
         _record_merge(staging, encoder.test_pooler, merge)
 
-def merge_models(paths: list[str | os.PathLike], weights: list[float] | None = None, *,
-                 output: str | os.PathLike, allow_extrapolation: bool = False) -> dict:
-    """Write ``output``: the weighted average of the model folders ``paths`` (equal weights by default), as a model
-    folder that mixcse, transformers and sentence-transformers load. Every rule (module docstring) is checked before
-    anything is written; a refusal raises ``MixCSEError``. Returns ``{output, inputs, weights, pooler, tensors}``."""
+def load_mergeable(names: list[str]) -> tuple[list[str], list, list]:
+    """(folders, what each holds, each loaded as (encoder, tokenizer, info)) of model folders that merge: one
+    architecture, one pooler layout, one tokenizer; a refusal raises ``MixCSEError``."""
     from mixcse.models.encoder import load_encoder
 
-    names = [str(p) for p in paths]
-    if len(names) < 2:
-        raise MixCSEError(f"merge needs at least two models, got {len(names)}")
-    weights = check_weights(weights, len(names), allow_extrapolation)
-    output = Path(output)
-    check_new_folder(output)
     found = [_model_folder(name) for name in names]
     folders, infos = [folder for folder, _ in found], [info for _, info in found]
     _check_same_architecture(names, [_config(name, info) for name, info in zip(names, infos)])
     _check_same_layout(names, infos)
     loaded = [load_encoder(folder) for folder in folders]
     _check_same_tokenizer(names, [tokenizer for _, tokenizer, _ in loaded])
+    return folders, infos, loaded
+
+
+def merge_models(paths: list[str | os.PathLike], weights: list[float] | None = None, *,
+                 output: str | os.PathLike, allow_extrapolation: bool = False) -> dict:
+    """Write ``output``: the weighted average of the model folders ``paths`` (equal weights by default), as a model
+    folder that mixcse, transformers and sentence-transformers load. Every rule (module docstring) is checked before
+    anything is written; a refusal raises ``MixCSEError``. Returns ``{output, inputs, weights, pooler, tensors}``."""
+    names = [str(p) for p in paths]
+    if len(names) < 2:
+        raise MixCSEError(f"merge needs at least two models, got {len(names)}")
+    weights = check_weights(weights, len(names), allow_extrapolation)
+    output = Path(output)
+    check_new_folder(output)
+    folders, infos, loaded = load_mergeable(names)
     merged = merge_state_dicts([encoder.state_dict() for encoder, _, _ in loaded], weights, names=names)
     del loaded[1:]
     loaded[0][0].load_state_dict(merged)

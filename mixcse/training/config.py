@@ -210,10 +210,10 @@ class TrainConfig:
             raise ConfigError("guard_data is an empty list; leave it unset for no guard")
         if self.guard_data is not None and self.select_on == "none":
             raise ConfigError("guard_data guards checkpoint selection: set select_on (pairs, stsb_dev, retrieval)")
-        if self.interpolate is not None:
+        if self.interpolate is not None and self.interpolate not in ("search", "none"):
             if self.select_on == "none":
                 raise ConfigError("interpolate adds blends as selection candidates: set select_on")
-            if isinstance(self.interpolate, str) and self.interpolate not in ("search", "auto", "none"):
+            if isinstance(self.interpolate, str) and self.interpolate != "auto":
                 raise ConfigError(f"interpolate must be a list of numbers, search, auto or none, got "
                                   f"{self.interpolate!r}")
             if isinstance(self.interpolate, list) and (

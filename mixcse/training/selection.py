@@ -45,6 +45,10 @@ class Guard:
     def name(self) -> str:
         return self.evaluator.name
 
+    @property
+    def worse(self) -> str:  # the direction a guard's score moves when the model forgets
+        return "below" if self.evaluator.greater_is_better else "above"
+
     def passes(self, score: float | None, start: float | None) -> bool:
         if score is None or start is None:
             return True
@@ -124,6 +128,8 @@ class Selection:
         records, lines = [], []
         with model:
             for alpha in ([1.0] if step == 0 else self.blend_weights):
+                if any(c["step"] == step and c["alpha"] == alpha for c in new["candidates"]):
+                    continue  # scored already by this evaluation's search
                 candidate = self._candidate(step, alpha, model, new, records, lines)
                 if step and alpha == 1.0 and candidate.get("accepted") is False and self.search:
                     self._search(step, model, new, records, lines)
@@ -155,7 +161,9 @@ class Selection:
         if wins and accepted is not False:
             new.update(best_dev=score, best_step=step, best_alpha=alpha, guard_best=guarded)
         candidate = {"step": step, "alpha": alpha, "score": score}
-        record = {"step": step, self.selector.name: score, **extras}
+        # a blend's score has its own key: a tracker's curve of the selection metric stays the checkpoints'
+        record = {"step": step, (self.selector.name if alpha == 1.0 else f"blend_{self.selector.name}"): score,
+                  **extras}
         if alpha != 1.0:
             record["alpha"] = alpha
         if guarded is not None:
@@ -191,7 +199,7 @@ class Selection:
         for guard, score, start in zip(self.guards, c.get("guards") or [], new["guard_start"] or []):
             line += f"; guard {guard.name} {score:.2f}"
             if not guard.passes(score, start):
-                line += f": refused, more than {guard.tolerance:g} below the start's {start:.2f}"
+                line += f": refused, more than {guard.tolerance:g} {guard.worse} the start's {start:.2f}"
         return line
 
     # ------------------------------------------------------------------------------------------------ report
@@ -205,7 +213,8 @@ class Selection:
                  "start": (state["guard_start"] or [None] * len(self.guards))[i],
                  "best": (state["guard_best"] or [None] * len(self.guards))[i],
                  "refused": [{"step": c["step"], "alpha": c["alpha"]} for c in state["candidates"]
-                             if c.get("guards") and not g.passes(c["guards"][i], (state["guard_start"] or [None])[i])]}
+                             if c.get("guards") and not g.passes(c["guards"][i],
+                                                                 (state["guard_start"] or [None] * len(self.guards))[i])]}
                 for i, g in enumerate(self.guards)]
         return out
 
@@ -249,8 +258,8 @@ class Selection:
     def _refusal(self, c: dict, state: dict) -> str:
         starts = state["guard_start"] or []
         failed = [(g, s, s0) for g, s, s0 in zip(self.guards, c.get("guards") or [], starts) if not g.passes(s, s0)]
-        return "; ".join(f"{g.name} fell to {_num(s)}, more than {g.tolerance:g} below {_num(s0)}"
-                         for g, s, s0 in failed) or "a guard refused it"
+        return "; ".join(f"{g.name} {'fell' if g.evaluator.greater_is_better else 'rose'} to {_num(s)}, more than "
+                         f"{g.tolerance:g} {g.worse} {_num(s0)}" for g, s, s0 in failed) or "a guard refused it"
 
     def frontier_lines(self, state: dict) -> list[str]:
         """The frontier as plain lines: every scored candidate with its guard scores."""
@@ -292,7 +301,8 @@ class Selection:
                        alpha=0.08, label=f"refused (beyond {guard.tolerance:g} of the start)")
             ax.axhline(limit, color="red", lw=0.8)
             for step in sorted({c["step"] for c in scored if c["step"] > 0}):
-                line = sorted([start] + [c for c in scored if c["step"] == step], key=lambda c: c["alpha"])
+                line = sorted([start] + [c for c in scored if c["step"] == step],
+                              key=lambda c: 0.0 if c["step"] == 0 else c["alpha"])  # from the start model (a = 0)
                 ax.plot([c["score"] for c in line], [c["guards"][i] for c in line], "-", lw=0.8, alpha=0.6)
                 for c in line[1:]:
                     ax.plot(c["score"], c["guards"][i], "o" if c["alpha"] == 1.0 else ".", ms=6 if c["alpha"] == 1.0
@@ -329,8 +339,7 @@ def search_blend(start: str, adapted: str, *, select_data: str, guard_data: list
     (``merge_models(start, adapted, [1 - a, a])``, bit for bit what ``--weights`` gives). Every input is checked
     before anything is scored or written. Returns the selection report."""
     from mixcse.evaluation.selection import build_guard, build_selector
-    from mixcse.models.encoder import load_encoder
-    from mixcse.models.merge import _model_folder, merge_models
+    from mixcse.models.merge import load_mergeable, merge_models, merge_state_dicts
     from mixcse.models.sentence_encoder import SentenceEncoder
     from mixcse.utils.files import check_new_folder
 
@@ -339,12 +348,12 @@ def search_blend(start: str, adapted: str, *, select_data: str, guard_data: list
     selector, _ = build_selector("pairs", data_dir=None, select_data=select_data, select_split="dev")
     guards = [Guard(build_guard(data, data_dir=data_dir), data, tolerance)
               for data, tolerance in zip(guard_data or [], guard_tolerance)]
-    (start_dir, _), (adapted_dir, _) = _model_folder(start), _model_folder(adapted)
-    start_encoder, _, _ = load_encoder(start_dir)
-    adapted_encoder, tokenizer, info = load_encoder(adapted_dir)
+    _, _, ((start_encoder, _, info), (adapted_encoder, tokenizer, _)) = load_mergeable([str(start), str(adapted)])
     start_state = {k: v.detach().clone() for k, v in start_encoder.state_dict().items()}
+    merge_state_dicts([start_state, adapted_encoder.state_dict()], [0.5, 0.5], names=[str(start), str(adapted)])
     del start_encoder
     adapted_encoder.eval()
+    # scored as it will be written: the output is START's folder (its inference length) with the blended weights
     inference = SentenceEncoder(adapted_encoder, tokenizer, max_seq_length=info.get("max_seq_length"), device="cpu")
 
     def score(evaluator, phase):

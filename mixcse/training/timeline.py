@@ -54,12 +54,13 @@ class Timeline:
             seconds, count = seconds + self.clock() - self._open[-1][1], count + 1
         return seconds / count if count else None
 
-    def eta(self, *, steps_left: int, scorings_left: int, tests_left: int) -> float | None:
-        """Seconds until the run ends: None until a training step has been timed."""
+    def eta(self, *, steps_left: int, scorings_left: int, tests_left: int, guards: int = 1) -> float | None:
+        """Seconds until the run ends: None until a training step has been timed. A scoring is costed as the
+        selection data and every guard (a guard is asked only of a candidate that would be kept: an upper bound)."""
         per_step = self.mean("train")
         if per_step is None:
             return None
-        per_scoring = (self.mean("select") or 0.0) + (self.mean("guard") or 0.0)
+        per_scoring = (self.mean("select") or 0.0) + (self.mean("guard") or 0.0) * guards
         return per_step * steps_left + per_scoring * scorings_left + (self.mean("test") or 0.0) * tests_left
 
     def breakdown(self) -> dict[str, float]:

@@ -304,11 +304,12 @@ class Run:
 
     def _eta(self) -> float | None:
         """The training bar's ETA: steps, the scorings of the evaluations still to come, the held-out pairs."""
-        step = self.state["step"]
-        evals = sum(self._evaluates_at(s) for s in range(step + 1, self.total_steps + 1))
-        scorings = evals * len(self.cfg.blend_weights())
-        return self.timeline.eta(steps_left=self.total_steps - step, scorings_left=scorings,
-                                 tests_left=int(self.held_out is not None))
+        step, total, every = self.state["step"], self.total_steps, self.cfg.eval_steps
+        evals = 0  # the evaluations from this step (whose evaluation follows the bar's update) to the last
+        if self.selector is not None:
+            evals = total // every - (step - 1) // every + (total % every != 0)
+        return self.timeline.eta(steps_left=total - step, scorings_left=evals * len(self.cfg.blend_weights()),
+                                 tests_left=int(self.held_out is not None), guards=len(self.guards))
 
     def step(self, train_step, batch: dict, signals: dict | None = None):
         """One optimiser step on one global batch (this rank's share); the step's result, not yet synced."""
@@ -356,11 +357,18 @@ class Run:
                 model = CandidateModel(self.encoder, self.start_state,
                                        lambda evaluator, phase: self._score(evaluator, self.inference, phase),
                                        self.save_best)
-                decided = self.selection.evaluate(step, model, state)
+                try:
+                    decided = self.selection.evaluate(step, model, state)
+                except MixCSEError as exc:  # every rank stops with it, none waits for the broadcast
+                    decided = {"error": exc}
         decided = distributed.broadcast_object(decided, ctx)
+        if "error" in decided:
+            raise decided["error"]
         self.encoder.train()
         if self.cfg.save_candidates and ctx.is_main:
-            self.encoder.save(candidate_path(self.out, step), self.tokenizer, max_seq_length=self.inference_length)
+            with self.timeline.phase("other"):
+                self.encoder.save(candidate_path(self.out, step), self.tokenizer,
+                                  max_seq_length=self.inference_length)
         state.update(decided["state"])
         for record in decided["records"]:
             self._record(record)
