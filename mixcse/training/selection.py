@@ -26,6 +26,7 @@ from pathlib import Path
 from mixcse.errors import ConfigError
 from mixcse.evaluation.selection import better
 from mixcse.models.merge import blend
+from mixcse.utils.tables import number
 
 SEARCH_WIDTH = 0.05  # the bisection stops when the passing and the failing weight are this close
 SEARCH_SCORINGS = 5  # at most this many extra scorings per search (1/2**5 < SEARCH_WIDTH)
@@ -228,29 +229,29 @@ class Selection:
         top = max(plain, key=lambda c: c["score"] if gib else -c["score"], default=None)
         if state["best_step"] in (0, None):
             if not beat:
-                return f"no step beat the start model's {metric} {_num(start)}; {self.shipped} is the start model"
+                return f"no step beat the start model's {metric} {number(start)}; {self.shipped} is the start model"
             refused = [c for c in beat if c.get("accepted") is False]
             why = self._refusal(refused[0], state) if refused else ""
-            return (f"{len(beat)} candidate(s) beat the start model's {metric} {_num(start)} but every one failed a "
+            return (f"{len(beat)} candidate(s) beat the start model's {metric} {number(start)} but every one failed a "
                     f"guard ({why}); {self.shipped} is the start model")
         chosen = next((c for c in cands if c["step"] == state["best_step"] and c["alpha"] == state["best_alpha"]),
                       None)
-        kept = f"{metric} {_num(best)} (start {_num(start)})"
+        kept = f"{metric} {number(best)} (start {number(start)})"
         if state["best_alpha"] == 1.0:
             held = "" if not self.guards else "; " + ", ".join(
-                f"{g.name} {_num(s)} within {g.tolerance:g} of {_num(s0)}"
+                f"{g.name} {number(s)} within {g.tolerance:g} of {number(s0)}"
                 for g, s, s0 in zip(self.guards, state["guard_best"] or [], state["guard_start"] or []))
             return (f"{self.shipped} is {self._name(state['best_step'])}: the best {kept} of {len(cands)} "
                     f"candidates{held}")
         refused_top = next((c for c in plain if c["step"] == state["best_step"] and c.get("accepted") is False), None)
         if refused_top is not None:
-            guards = ", ".join(f"{g.name} {_num(s)}" for g, s in zip(self.guards, chosen.get("guards") or []))
-            return (f"{self._name(state['best_step'])} scored {_num(refused_top['score'])} but "
-                    f"{self._refusal(refused_top, state)}; the blend a {state['best_alpha']:.2f} keeps {_num(best)} "
-                    f"at {guards} (start {_num(start)})")
+            guards = ", ".join(f"{g.name} {number(s)}" for g, s in zip(self.guards, chosen.get("guards") or []))
+            return (f"{self._name(state['best_step'])} scored {number(refused_top['score'])} but "
+                    f"{self._refusal(refused_top, state)}; the blend a {state['best_alpha']:.2f} keeps {number(best)} "
+                    f"at {guards} (start {number(start)})")
         if top is not None and better(top["score"], best, gib):
             return (f"{self.shipped} is the blend a {state['best_alpha']:g} of {self._name(state['best_step'])}: "
-                    f"{kept}; the best plain one ({self._name(top['step'])}, {_num(top['score'])}) was refused by a "
+                    f"{kept}; the best plain one ({self._name(top['step'])}, {number(top['score'])}) was refused by a "
                     f"guard")
         return (f"{self.shipped} is the blend a {state['best_alpha']:g} of {self._name(state['best_step'])}: the best "
                 f"{kept}")
@@ -258,8 +259,8 @@ class Selection:
     def _refusal(self, c: dict, state: dict) -> str:
         starts = state["guard_start"] or []
         failed = [(g, s, s0) for g, s, s0 in zip(self.guards, c.get("guards") or [], starts) if not g.passes(s, s0)]
-        return "; ".join(f"{g.name} {'fell' if g.evaluator.greater_is_better else 'rose'} to {_num(s)}, more than "
-                         f"{g.tolerance:g} {g.worse} {_num(s0)}" for g, s, s0 in failed) or "a guard refused it"
+        return "; ".join(f"{g.name} {'fell' if g.evaluator.greater_is_better else 'rose'} to {number(s)}, more than "
+                         f"{g.tolerance:g} {g.worse} {number(s0)}" for g, s, s0 in failed) or "a guard refused it"
 
     def frontier_lines(self, state: dict) -> list[str]:
         """The frontier as plain lines: every scored candidate with its guard scores."""
@@ -268,8 +269,8 @@ class Selection:
         rows = [head + ("  accepted" if self.guards else "")]
         for c in state["candidates"]:
             scores = c.get("guards") or [None] * len(self.guards)
-            rows.append(f"{c['step']:>6} {c['alpha']:>6.3g} {_num(c['score']):>12}"
-                        + "".join(f" {_num(s):>12}" for s in scores)
+            rows.append(f"{c['step']:>6} {c['alpha']:>6.3g} {number(c['score']):>12}"
+                        + "".join(f" {number(s):>12}" for s in scores)
                         + (f"  {dict([(True, 'yes'), (False, 'refused')]).get(c.get('accepted'), '-')}"
                            if self.guards else ""))
         return rows
@@ -325,9 +326,6 @@ class Selection:
         plt.close(fig)
         return True
 
-
-def _num(x: float | None) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
 def search_blend(start: str, adapted: str, *, select_data: str, guard_data: list[str] | None,
