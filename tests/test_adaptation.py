@@ -15,7 +15,7 @@ from mixcse.errors import DataError, MixCSEError
 from mixcse.evaluation.pairs import PairsEvaluator
 from mixcse.evaluation.sts import STSEvaluator
 from mixcse.models.merge import blend
-from mixcse.training.teacher import StartModelSignals, mine_mutual_neighbours
+from mixcse.training.levers.positives import mine_mutual_neighbours
 
 pytestmark = pytest.mark.numeric  # rerun on other arithmetic paths (docs/development.md)
 
@@ -121,12 +121,23 @@ def test_identical_text_is_never_a_mined_positive():
 
 
 def test_start_model_signals_of_a_batch():
+    from mixcse.training.levers.distillation import Distillation
+    from mixcse.training.levers.false_negatives import FalseNegatives
+
     emb = np.asarray([[1.0, 0.0], [0.99, 0.141], [0.0, 1.0]], dtype=np.float32)
-    signals = StartModelSignals(emb, false_negative_threshold=0.9, distill=True)
-    got = signals(np.asarray([2, 0, 1]))
+
+    class Start:
+        def embeddings(self):
+            return emb
+
+    cfg = mixcse.TrainConfig(model="m", train_file="f", output_dir="o", false_negative_threshold=0.9,
+                             distill_weight=0.5)
+    masking, distill = FalseNegatives(cfg), Distillation(cfg)
+    masking.prepare(Start())
+    distill.prepare(Start())
+    got = masking.signals(np.asarray([2, 0, 1]))
     assert got["exclude"].tolist() == [[True, False, False], [False, True, True], [False, True, True]]
-    assert torch.equal(got["teacher"], torch.from_numpy(emb[[2, 0, 1]]))
-    assert set(StartModelSignals(emb, false_negative_threshold=None, distill=True)(np.asarray([0, 1]))) == {"teacher"}
+    assert torch.equal(distill.signals(np.asarray([2, 0, 1]))["teacher"], torch.from_numpy(emb[[2, 0, 1]]))
 
 
 @pytest.mark.parametrize("levers", [dict(positives="mined", mine_threshold=0.5),
@@ -143,7 +154,7 @@ def test_a_run_with_the_start_model_levers_trains_and_logs_them(levers, tiny_ber
         assert all(np.isfinite(r["distill_loss"]) and r["distill_loss"] > 0 for r in losses)
     else:
         summary = json.loads((out / "summary.json").read_text())
-        assert summary["mined_positives"]["with_mined_positive"] > 0 and "positives mined:" in err
+        assert summary["levers"]["positives"]["with_mined_positive"] > 0 and "positives mined:" in err
 
 
 @pytest.mark.parametrize("keys, message", [
@@ -166,10 +177,10 @@ def test_bad_adaptation_settings_fail_before_anything_is_written(keys, message, 
 
 def test_mining_that_finds_nothing_fails_before_anything_is_written(tiny_bert, synthetic_data, tmp_path,
                                                                    monkeypatch):
-    from mixcse.training import teacher
+    from mixcse.training.levers import positives
 
-    real = teacher.nearest_neighbours
-    monkeypatch.setattr(teacher, "nearest_neighbours", lambda emb: (real(emb)[0], real(emb)[1] * 0 + 0.5))
+    real = positives.nearest_neighbours
+    monkeypatch.setattr(positives, "nearest_neighbours", lambda emb: (real(emb)[0], real(emb)[1] * 0 + 0.5))
     out = tmp_path / "run"
     with pytest.raises(DataError, match=r"positives: mined found no mutual nearest neighbours at cosine >= 0\.9 "
                                         r"among 4,000 training sentences \(the closest mutual pair: 0\.500\)"):

@@ -72,6 +72,44 @@ def test_pair_metrics_equal_an_independent_computation(tmp_path):
     assert result["accuracy"] == pytest.approx(accuracy) and result["f1"] == pytest.approx(f1)
 
 
+def word_vectors(sentences):
+    """Sums of per-word vectors seeded by the word alone: a sentence's embedding does not depend on the others."""
+    return np.stack([np.sum([np.random.default_rng(sum(map(ord, w)) + 7).normal(size=8) for w in s.split()], axis=0)
+                     for s in sentences])
+
+
+def cosines(rows):
+    a, b = word_vectors([r[0] for r in rows]), word_vectors([r[1] for r in rows])
+    return np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def f1_by_hand(similarity, labels, threshold):
+    pred, y = similarity >= threshold, labels == 1
+    tp, fp, fn = np.sum(pred & y), np.sum(pred & ~y), np.sum(~pred & y)
+    return 100 * 2 * tp / (2 * tp + fp + fn)
+
+
+DEV_ROWS = [("a b c", "a c", 1), ("b d", "e f", 0), ("c d e", "c e", 1), ("f a", "b", 0), ("a b", "b a e", 1),
+            ("d e", "a f", 0), ("e f", "e", 1), ("c", "d f", 0)]
+
+
+def test_f1_at_the_threshold_chosen_on_dev_pairs(tmp_path):
+    test, dev = write_pairs(tmp_path / "test.tsv", ROWS), write_pairs(tmp_path / "dev.tsv", DEV_ROWS)
+    result = P.PairsEvaluator([test], threshold_from=dev)(word_vectors)["test"]
+    dev_cos, dev_labels = cosines(DEV_ROWS), np.array([r[2] for r in DEV_ROWS])
+    t = result["dev_threshold"]
+    assert f1_by_hand(dev_cos, dev_labels, t) == pytest.approx(brute_force_thresholds(dev_cos, dev_labels)[1])
+    test_cos, labels = cosines(ROWS), np.array([r[2] for r in ROWS])
+    assert result["f1_dev_threshold"] == pytest.approx(f1_by_hand(test_cos, labels, t), abs=1e-9)
+    assert result["f1"] == pytest.approx(brute_force_thresholds(test_cos, labels)[1])  # its own best: kept
+    assert result["f1_dev_threshold"] <= result["f1"] + 1e-9 and result["threshold_from"] == str(dev)
+    same = P.PairsEvaluator([test], threshold_from=test)(word_vectors)["test"]
+    assert same["f1_dev_threshold"] == pytest.approx(same["f1"])
+    graded = write_pairs(tmp_path / "graded.tsv", [(a, b, 2.5 * i) for i, (a, b, _) in enumerate(ROWS)])
+    with pytest.raises(P.D.DataError, match="a threshold needs 0/1 labels"):
+        P.PairsEvaluator([test], threshold_from=graded)
+
+
 def test_graded_labels_are_scored_by_spearman(tmp_path):
     from scipy.stats import spearmanr
 
@@ -102,12 +140,17 @@ def test_runner_and_cli_report_pairs(tmp_path, tiny_bert, capsys):
     saved = json.loads(out.read_text())["pairs"]["dev"]
     assert f"| dev | 4 | {saved['ap']:.2f} |" in printed
     assert saved["ap"] == pytest.approx(results["pairs"]["dev"]["ap"], abs=1e-6)
+    assert cli_main(["eval", str(tiny_bert), "--tasks", "pairs", "--pairs-data", str(path), "--threshold-from",
+                     str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "F1 dev thr." in printed and "F1 at the threshold best on dev.tsv" in printed
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--tasks", "pairs"], "--tasks pairs needs --pairs-data"),
     (["--tasks", "sts", "--pairs-data", "x.tsv"], "--pairs-data needs pairs in --tasks"),
     (["--tasks", "pairs", "--pairs-data", "no-such-file.tsv"], "file not found"),
+    (["--tasks", "sts", "--threshold-from", "x.tsv"], "--threshold-from needs --tasks pairs and --pairs-data"),
 ])
 def test_pairs_cli_errors(tiny_bert, argv, message, capsys):
     assert cli_main(["eval", str(tiny_bert)] + argv) == 2
@@ -157,8 +200,12 @@ def test_select_on_binary_pairs_selects_on_ap_and_scores_held_out_pairs(tiny_ber
     best = P.PairsEvaluator([test])(SentenceEncoder.load(out / "best"))["test"]["ap"]
     assert held["start"] == pytest.approx(start, abs=1e-6) and held["best"] == pytest.approx(best, abs=1e-6)
     assert f"test AP {start:.2f} -> {best:.2f}" in printed
+    at_dev = P.PairsEvaluator([test], threshold_from=dev)(SentenceEncoder.load(out / "best"))["test"]
+    assert held["f1_best"] == pytest.approx(at_dev["f1_dev_threshold"], abs=1e-6)
+    assert held["f1_threshold_from"] == str(dev) and "F1 at the dev threshold" in printed
     card = (out / "best" / "README.md").read_text()
     assert "never used for selection" in card and f"| test | ap | {start:.2f} | {best:.2f} |" in card
+    assert "F1 at the threshold that maximises F1 on the selection pairs" in card
     assert "start dev pairs AP" in printed
     if summary["best_step"] == 0:  # what the closing line suggests depends on whether training won
         assert "best/ is the start model" in printed and "--tasks pairs --pairs-data" not in printed
@@ -191,16 +238,15 @@ def test_the_main_jobs_model_name_resolves_to_the_offline_wheel(capsys, monkeypa
 def test_the_shipped_recipes_are_the_measured_recipe():
     """The domain recipes train with the settings of at least 3 seeds of the benchmark's rows on one machine kind
     (its results file, this domain's runs of that method)."""
-    import dataclasses
-
     from mixcse.training.config import TrainConfig, load_recipe
+    from mixcse.training.levers import lever_keys
 
     repo = Path(__file__).resolve().parents[1]
     runs = json.loads((repo / "benchmarks" / "results" / "similarity_adaptation.json").read_text())["runs"]
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    defaults = TrainConfig().to_dict()
     # a key a run leaves out has its default; a lever is compared even when no run set it
-    keys = {k for r in runs for k in r["settings"]} | {"positives", "mine_threshold", "false_negative_threshold",
-                                                       "distill_weight", "interpolate", "guard_data", "guard_tolerance"}
+    keys = {k for r in runs for k in r["settings"]} | set(lever_keys()) | {"interpolate", "guard_data",
+                                                                           "guard_tolerance"}
 
     def same_settings(run: dict, cfg) -> bool:
         return all(run["settings"].get(k, defaults[k]) == getattr(cfg, k) for k in keys)

@@ -10,7 +10,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LONG_FUNCTION = 100  # lines of code, the docstring not counted
-BENCHMARK_LINES = 2600  # benchmark code stays small beside the library; raised only by a commit that adds a benchmark
+# Benchmark code stays small beside the library: 2,400 lines, raised only by a commit that adds a benchmark (its
+# message says why), never above BENCHMARK_CAP; code is never joined or squeezed to fit (test below).
+# raised from 2,400 to 2,600 by the label-budget benchmark, to 2,800 by the tuning, rescore and second-model rows
+BENCHMARK_LINES = 2800
+BENCHMARK_CAP = 3000
+LINE_LENGTH = 120
 
 
 def code_lines(node: ast.FunctionDef) -> int:
@@ -87,4 +92,34 @@ def test_nothing_edits_sys_path():
 def test_the_benchmarks_stay_small():
     code = [p for p in (REPO / "benchmarks").rglob("*.py") if "tests" not in p.relative_to(REPO / "benchmarks").parts]
     total = sum(len(p.read_text().splitlines()) for p in code)
-    assert total <= BENCHMARK_LINES, f"benchmarks/ has {total} lines of Python (at most {BENCHMARK_LINES})"
+    assert total <= BENCHMARK_LINES <= BENCHMARK_CAP, f"benchmarks/ has {total} lines of Python (at most " \
+                                                      f"{BENCHMARK_LINES}, a ceiling never above {BENCHMARK_CAP})"
+
+
+def squeezed_lines(root: Path) -> list[str]:
+    """Lines that hold two statements (``a = 1; b = 2``, ``if x: y``) or run past LINE_LENGTH characters."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text()
+        lines = [node.lineno for node in ast.walk(ast.parse(text)) if isinstance(node, ast.stmt)]
+        starts = {n for n in lines if lines.count(n) > 1}
+        compound = {node.body[0].lineno for node in ast.walk(ast.parse(text))
+                    if isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.Try))
+                    and node.body and node.body[0].lineno == node.lineno}
+        for n in sorted(starts | compound):
+            found.append(f"{path.relative_to(root.parent)}:{n} two statements on one line")
+        found += [f"{path.relative_to(root.parent)}:{i} {len(line)} characters" for i, line in
+                  enumerate(text.splitlines(), 1) if len(line) > LINE_LENGTH]
+    return found
+
+
+def test_benchmark_code_is_not_squeezed_to_fit_its_ceiling():
+    assert squeezed_lines(REPO / "benchmarks") == []
+
+
+def test_the_squeeze_check_finds_joined_statements_and_long_lines(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("x = 1; y = 2\nif x: y = 3\nz = '" + "w" * LINE_LENGTH + "'\nok = [1,\n      2]\n")
+    assert [line.split(" ", 1)[1] for line in squeezed_lines(pkg)] == [
+        "two statements on one line", "two statements on one line", f"{LINE_LENGTH + 6} characters"]

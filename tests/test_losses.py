@@ -238,7 +238,11 @@ def test_distillation_equals_the_literal_loop_and_vanishes_when_the_student_agre
     assert distillation_loss(same, same, teacher[:, :5], 0.05).item() == pytest.approx(0.0, abs=1e-12)
     parts = sum(distillation_loss(z1, z2, teacher, 0.05, slice(a, a + 4)) for a in (0, 4))
     assert torch.allclose(parts, fast, atol=1e-12)
-    total = training_loss(z1, z2, PRESETS["mixcse"], teacher=teacher, distill_weight=0.5)
+    def distill(a, b, rows):  # the term the distillation lever adds (mixcse/training/levers/distillation.py)
+        kd = distillation_loss(a, b, teacher, 0.05, rows)
+        return 0.5 * kd, {"distill_loss": kd.detach()}
+
+    total = training_loss(z1, z2, PRESETS["mixcse"], terms=[distill])
     plain = contrastive_loss(z1, z2, PRESETS["mixcse"])
     assert torch.allclose(total.loss, plain.loss + 0.5 * fast, atol=1e-12)
     assert torch.allclose(total.stats["distill_loss"], fast.detach())

@@ -7,7 +7,7 @@ import gzip
 import pytest
 
 from mixcse.cli import main
-from mixcse.cli.encode import read_lines
+from mixcse.cli.options import read_lines
 from mixcse.data.documents import read_segments
 from mixcse.data.reader import iter_lines, read_nonblank
 from mixcse.errors import DataError

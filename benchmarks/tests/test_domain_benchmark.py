@@ -88,11 +88,11 @@ def test_similarity_compare_and_sweep_share_the_cache_and_the_report(tiny_simila
 
     assert domain.main(base + ["--methods", "mixcse", "mnrl"] + TINY) == 0
     written = json.loads(results.read_text())
-    assert set(written["zero_shot"]) == set(domain.SCORES)
+    assert set(written["zero_shot"]) == set(domain.SCORES + domain.F1S)
     assert [r["key"] for r in written["runs"]] == [
         "products|mixcse|batch_size=8,eval_steps=1,learning_rate=0.001,max_steps=2|seed0",
         "products|mnrl|batch_size=8,eval_steps=1,learning_rate=0.001,max_steps=2|seed0"]
-    assert all(r["domain"] == "products" and set(domain.SCORES) <= set(r) for r in written["runs"])
+    assert all(r["domain"] == "products" and set(domain.SCORES + domain.F1S) <= set(r) for r in written["runs"])
     assert all(r["best_step"] in (0, 1, 2) and r["peak_rss_mb"] is None for r in written["runs"])
     assert written["recipe"] == domain.DEFAULTS and written["machines"] and written["code"]
     assert domain.main(base + ["--domain", "medical", "--methods", "simcse"] + TINY) == 0
@@ -108,7 +108,7 @@ def test_similarity_compare_and_sweep_share_the_cache_and_the_report(tiny_simila
     decision = (docs / "domain-adaptation.md").read_text()
     start, end = common.block_markers("domain-decision")
     assert decision.index(start) < decision.index("**products**") < decision.index("**medical**") < decision.index(end)
-    assert "| start model (all-MiniLM-L6-v2) | – |" in decision
+    assert "| start model (all-MiniLM-L6-v2, zero-shot) | – |" in decision and "test F1 (dev threshold)" in decision
 
 
 def test_a_mixcse_run_cut_off_mid_training_resumes_from_its_checkpoint_and_records_what_an_uninterrupted_run_does(

@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
-from mixcse.cli.encode import BACKENDS, INFERENCE_PRECISIONS, check_backend
+from mixcse.cli.options import BACKENDS, INFERENCE_PRECISIONS, check_backend, check_files
+from mixcse.cli.options import error as _error
 from mixcse.errors import MixCSEError
 from mixcse.evaluation.probes import CLASSIFIER_ALIASES, CLASSIFIERS, DEFAULT_CLASSIFIER
 from mixcse.evaluation.runner import evaluate, format_tables
-from mixcse.evaluation.tasks import expand_tasks
+from mixcse.evaluation.tasks import check_task_data, expand_tasks
 from mixcse.models import inference
 from mixcse.utils.files import atomic_write_json, check_new_output, to_jsonable
-
-
-def _error(msg: str) -> int:
-    print(f"error: {msg}", file=sys.stderr)
-    return 2
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -60,6 +55,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--pairs-data", nargs="+", default=None, metavar="FILE",
                         help="labelled pair files (.tsv/.csv: sentence1, sentence2, label) for --tasks pairs: "
                              "cosine AP, accuracy and F1 for 0/1 labels, Spearman for graded ones")
+    parser.add_argument("--threshold-from", default=None, metavar="DEV.tsv",
+                        help="a labelled 0/1 pair file (e.g. the dev split) for --tasks pairs: also report F1 at the "
+                             "threshold that maximises F1 there (the F1 column is at each file's own best threshold)")
     parser.add_argument("--split", default="test", help="qrels split for the retrieval task (default test)")
     parser.add_argument("--max-seq-length", type=int, default=None,
                         help="token limit for the retrieval task's queries and documents (default: the model's)")
@@ -82,17 +80,17 @@ def run_eval(args: argparse.Namespace) -> int:
         return _error("--batch-size must be at least 1")
     if args.workers < 1:
         return _error("--workers must be at least 1")
-    retrieval_data = getattr(args, "retrieval_data", None)
-    if ("retrieval" in tasks) != (retrieval_data is not None):
-        return _error("--tasks retrieval needs --retrieval-data DIR" if "retrieval" in tasks
-                      else "--retrieval-data needs retrieval in --tasks (e.g. --tasks retrieval)")
-    pairs_data = getattr(args, "pairs_data", None)
-    if ("pairs" in tasks) != (pairs_data is not None):
-        return _error("--tasks pairs needs --pairs-data FILE ..." if "pairs" in tasks
-                      else "--pairs-data needs pairs in --tasks (e.g. --tasks pairs)")
-    for f in pairs_data or ():
-        if not Path(f).is_file():
-            return _error(f"--pairs-data {f}: file not found")
+    retrieval_data, pairs_data = getattr(args, "retrieval_data", None), getattr(args, "pairs_data", None)
+    try:
+        check_task_data(tasks, {"retrieval_data": retrieval_data, "pairs_data": pairs_data})
+        check_files(pairs_data, "--pairs-data")
+        threshold_from = getattr(args, "threshold_from", None)
+        if threshold_from is not None:
+            if pairs_data is None:
+                raise MixCSEError("--threshold-from needs --tasks pairs and --pairs-data")
+            check_files([threshold_from], "--threshold-from")
+    except MixCSEError as exc:
+        return _error(str(exc))
     if getattr(args, "max_seq_length", None) is not None and args.max_seq_length < 1:
         return _error("--max-seq-length must be at least 1")
     if args.cache_dir is not None and Path(args.cache_dir).exists() and not Path(args.cache_dir).is_dir():
@@ -107,7 +105,8 @@ def run_eval(args: argparse.Namespace) -> int:
         results = evaluate(encoder, tasks=tasks, data_dir=args.data_dir, mode=args.mode, classifier=args.classifier,
                            cache_dir=args.cache_dir, batch_size=args.batch_size, workers=args.workers,
                            retrieval_data=retrieval_data, retrieval_split=getattr(args, "split", "test"),
-                           max_seq_length=getattr(args, "max_seq_length", None), pairs_data=pairs_data)
+                           max_seq_length=getattr(args, "max_seq_length", None), pairs_data=pairs_data,
+                           threshold_from=threshold_from)
     except (MixCSEError, FileNotFoundError) as exc:
         return _error(str(exc))
     pooler = args.pooler or getattr(encoder, "pooler", None)

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-from mixcse.cli.encode import SAFETENSORS_KEY, add_model_arguments, load_model, positive_int, read_lines, show_progress
+from mixcse.cli.options import (
+    SAFETENSORS_KEY,
+    add_model_arguments,
+    load_model,
+    positive_int,
+    read_lines,
+    show_progress,
+)
 from mixcse.errors import MixCSEError
 from mixcse.models.search import INDEXES, resolve_backend, top_k_cosine
 

@@ -32,17 +32,20 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-METRIC_NAMES = {"stsb_dev": "STS-B dev", "pairs_ap": "dev pairs AP", "pairs_spearman": "dev pairs Spearman",
-                None: "selection metric (none)"}
+def metric_name(result) -> str:
+    """The selector's label ("STS-B dev", "dev pairs AP"), as the run recorded it."""
+    return getattr(result, "select_label", None) or result.select_metric or "selection metric (none)"
 
 
 def _report(result) -> None:
     fmt = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
-    metric = METRIC_NAMES.get(result.select_metric, result.select_metric)
+    metric = metric_name(result)
     print(f"start {metric} {fmt(result.raw_dev)} -> best {fmt(result.best_dev)} at step {result.best_step}; "
           f"{result.steps} steps in {result.train_seconds:.1f}s ({result.sentences_per_second:.1f} sentences/s)"
           + (f", {wall:.0f}s wall in all" if (wall := getattr(result, "wall_seconds", None)) is not None else "")
           + f"; model in {result.output_dir}/best")
+    for name, report in (getattr(result, "levers", None) or {}).items():
+        print(f"lever {name}: {report.get('text') or ''}")
     if getattr(result, "best_alpha", None) not in (None, 1.0):
         print(f"best/ is the blend {result.best_alpha:g} x the step-{result.best_step} checkpoint + "
               f"{1 - result.best_alpha:g} x the start model")
@@ -55,6 +58,8 @@ def _report(result) -> None:
         print("held-out pairs (never used for selection), start -> best: " + "; ".join(
             f"{name} {r['metric'].upper() if r['metric'] == 'ap' else r['metric']} {fmt(r['start'])} -> "
             f"{fmt(r['best'])}" + (f" ({r['best'] - r['start']:+.2f})" if r["start"] is not None else "")
+            + (f", F1 at the dev threshold {fmt(r.get('f1_start'))} -> {fmt(r['f1_best'])}"
+               if r.get("f1_best") is not None else "")
             for name, r in result.test_pairs.items()))
     print(_next_step(result))
 
@@ -67,14 +72,10 @@ def _next_step(result) -> str:
                 f"a guard refuses a checkpoint (unless interpolate: none); a looser guard_tolerance, a lower "
                 f"learning_rate or fewer steps forget less (docs/domain-adaptation.md)")
     if result.select_metric is not None and result.best_step == 0:
-        if result.select_metric == "stsb_dev":
-            return ("note: no training step beat the start model on STS-B dev, so best/ is the start model. STS-B "
-                    "dev measures general-domain similarity; on a weak masked LM such as the CPU stand-in "
-                    "SimCSE/MixCSE do not raise it (they do on all-MiniLM-L6-v2, docs/results.md); to adapt a real "
-                    "encoder to your own domain see docs/domain-adaptation.md (recipes/domain/)")
-        metric = METRIC_NAMES.get(result.select_metric, result.select_metric)
-        return (f"note: no training step beat the start model on {metric}, so best/ is the start "
-                f"model; docs/domain-adaptation.md says when adaptation does not help and what to try")
+        hint = getattr(result, "start_won_hint", None)
+        return (f"note: no training step beat the start model on {metric_name(result)}, so best/ is the start model"
+                + (f". {hint}" if hint else "; docs/domain-adaptation.md says when adaptation does not help and what "
+                                            "to try"))
     if getattr(result, "test_pairs", None):
         files = " ".join(r["file"] for r in result.test_pairs.values())
         return (f"next: mixcse eval {result.output_dir}/best --tasks pairs --pairs-data {files} (AP, accuracy, F1); "

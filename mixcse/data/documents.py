@@ -8,7 +8,7 @@ Interface:
         -> tuple[list[str], dict]
         stats: file, format, segment, min_words, dedupe, documents, segments, dropped_short, dropped_duplicates.
     read_positive_pairs(path, *, positives, ...) -> (list of (anchor, positive), stats): positives beyond dropout,
-        ``neighbours`` (a sentence and the next) or ``title`` (a title and its text); POSITIVES lists them.
+        ``neighbours`` (a sentence and the next) or ``title`` (a title and its text); PAIR_KINDS lists them.
     Segments(path, **the same options): the same segments, read lazily (``for text in Segments(...)``), with
         ``.stats`` complete after the iteration: what the memory-mapped corpus (mixcse/data/disk.py) streams.
     describe(stats, token_stats=None) -> str
@@ -256,7 +256,7 @@ def read_segments(path: str | os.PathLike, *, text_column: str | None = None, se
     return segments, reader.stats
 
 
-POSITIVES = ("dropout", "neighbours", "title", "mined")  # mined: pairs the trainer finds with the start model
+PAIR_KINDS = ("neighbours", "title")  # the text's own positive pairs (the other kinds: mixcse/training/levers/)
 
 
 def read_positive_pairs(path: str | os.PathLike, *, positives: str, text_column: str | None = None,
@@ -269,8 +269,8 @@ def read_positive_pairs(path: str | os.PathLike, *, positives: str, text_column:
     text as one passage (documents without a title are skipped). ``dedupe`` drops pairs whose anchor was seen;
     ``max_sentences`` keeps the first N pairs. Stats as ``Segments.stats``, ``segments`` counting pairs.
     """
-    if positives not in ("neighbours", "title"):
-        raise DataError(f"positives must be one of {', '.join(POSITIVES)}, got {positives!r}")
+    if positives not in PAIR_KINDS:
+        raise DataError(f"positives must be one of {', '.join(PAIR_KINDS)}, got {positives!r}")
     reader = Segments(path, text_column=text_column, segment="sentence" if positives == "neighbours" else "passage",
                       min_words=min_words, dedupe=dedupe)
     stats = reader.stats | {"segment": f"{positives} pairs"}

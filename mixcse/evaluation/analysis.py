@@ -92,6 +92,17 @@ class AnalysisEvaluator(Evaluator):
     greater_is_better = False
     description = "alignment / uniformity / angles on STS-B dev+test"
 
+    @classmethod
+    def protocol(cls, evaluators, context) -> dict:
+        return {"stsb_splits": list(ANALYSIS_SPLITS), "positive_threshold": POSITIVE_THRESHOLD, "t": T,
+                "normalised": True, "angles": "degrees, over all pairs of distinct sentences"}
+
+    @classmethod
+    def table(cls, section: dict, settings: dict, label: str | None = None) -> list[str]:
+        return ["Analysis (STS-B dev+test, normalised): "
+                f"alignment {section['alignment']:.4f}, uniformity {section['uniformity']:.4f}, "
+                f"max angle {section['max_angle']:.2f} deg, mean angle {section['mean_angle']:.2f} deg"]
+
     def __init__(self, data_dir):
         self.data = {split: D.load_stsb(data_dir, split) for split in ANALYSIS_SPLITS}
 

@@ -9,6 +9,16 @@ selection alike (sentence-transformers' ``SentenceEvaluator`` shape).
     evaluator.score(embeddings, encoder) -> results dict
     evaluator(encoder, batch_size=64, cache_dir=None) -> results dict   (embeds its units, then scores)
     evaluator.primary(results) -> float; evaluator.extras(results) -> the further figures selection logs
+    evaluator.label              a short name for reports ("STS-B dev", "dev pairs AP")
+
+A family is the evaluator class of one results section; it renders that section itself (classmethods), so that the
+runner's tables, its settings and the model card loop over the families (``tasks.family``) and know none:
+
+    Family.per_task              True: results[section][task] per evaluator (sts, transfer); else results[section]
+    Family.protocol(evaluators, context) -> dict or None   what results["settings"][section] records
+    Family.summarize(section)    figures over the section's tasks (the averages), added in place
+    Family.table(section, settings, label) -> lines        the terminal's markdown (``mixcse eval``)
+    Family.card(section, settings) -> lines                its part of the model card's "Evaluation"
 
 An evaluator reads its data when it is built, so a bad file fails before anything is encoded. ``evaluate()``
 (runner.py) embeds the units of all its evaluators in one pass and then scores each; a training run calls one
@@ -20,6 +30,26 @@ import os
 from typing import Any
 
 from mixcse.evaluation.embed import Embeddings, embed_units
+from mixcse.utils.tables import markdown_table
+
+LABELS = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SST2": "SST-2"}
+
+
+def label(task: str) -> str:
+    """A task's column label ("STSBenchmark" -> "STS-B")."""
+    return LABELS.get(task, task)
+
+
+def task_keys(section: dict) -> list[str]:
+    """The task entries of a per-task section, in the order they were filed (the canonical order)."""
+    return [k for k, v in section.items() if k not in ("avg", "settings") and isinstance(v, dict)]
+
+
+def result_row(columns: list[str], values: list[str], model: str | None = None, *, centred: bool = False
+               ) -> list[str]:
+    """One markdown row of results, with a "Model" column first when ``model`` names the row."""
+    head = (["Model"] if model is not None else []) + columns
+    return markdown_table(head, [([model] if model is not None else []) + values], centred=centred)
 
 
 class Evaluator:
@@ -29,6 +59,29 @@ class Evaluator:
     greater_is_better: bool = True
     description: str = ""
     extra_metrics: tuple[str, ...] = ()  # further figures of the same pass that selection logs beside the primary
+    per_task: bool = False
+    start_won_hint: str = ""  # what a run that kept its start model on this selector should know (reports print it)
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+    @classmethod
+    def protocol(cls, evaluators: list["Evaluator"], context: dict) -> dict | None:
+        """``context``: the run's ``tasks``, ``mode``, ``kfold``, ``pairs_data``."""
+        return None
+
+    @classmethod
+    def summarize(cls, section: dict) -> None:
+        pass
+
+    @classmethod
+    def table(cls, section: dict, settings: dict, label: str | None = None) -> list[str]:
+        return []
+
+    @classmethod
+    def card(cls, section: dict, settings: dict) -> list[str]:
+        return []
 
     def units(self) -> dict[str, list[str]]:
         """The sentences to embed, per unit; an evaluator that encodes in its own way (retrieval) returns {}."""

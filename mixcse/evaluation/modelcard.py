@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from mixcse.evaluation.tasks import STS_TASKS, TRANSFER_TASKS, label
+from mixcse.evaluation.tasks import families
 from mixcse.models.formats import LAYER_POOLERS
 from mixcse.utils.files import atomic_write_text, read_json_or_none, to_jsonable
 from mixcse.utils.tables import markdown_table, number
@@ -59,19 +59,6 @@ def _is_hub_id(name: str) -> bool:
 def _model_name(best_dir: Path) -> str:
     best_dir = best_dir.resolve()
     return best_dir.parent.name if best_dir.name == "best" and best_dir.parent.name else best_dir.name
-
-
-def _task_table(section: dict, order, field: str) -> list[str]:
-    """One row of ``field`` per task of ``section`` in ``order``, then the section's average."""
-    keys = _ordered(section, order)
-    return markdown_table([label(k) for k in keys] + ["Avg."],
-                          [[number(section[k].get(field)) for k in keys] + [number(section.get("avg"))]], centred=True)
-
-
-def _ordered(results: dict, canonical: tuple[str, ...]) -> list[str]:
-    keys = [k for k in canonical if k in results]
-    extra = [k for k in results if k not in keys and k not in ("avg", "settings") and isinstance(results[k], dict)]
-    return keys + extra
 
 
 def _describe_modules(best_dir: Path) -> tuple[str | None, int | None]:
@@ -163,42 +150,12 @@ def _usage(pooler: str | None, model_id: str) -> list[str]:
 
 
 def _eval_section(eval_results: dict) -> list[str]:
-    lines = ["## Evaluation", ""]
-    settings = eval_results.get("settings") or {}
-    sts = eval_results.get("sts")
-    if isinstance(sts, dict) and sts:
-        lines += ["STS: Spearman correlation x100 of cosine similarities (SentEval protocol, 'all' aggregation for "
-                  "STS12-16).", ""]
-        lines += _task_table(sts, STS_TASKS, "spearman")
-        lines.append("")
-    transfer = eval_results.get("transfer")
-    if isinstance(transfer, dict) and transfer:
-        mode = settings.get("mode")
-        probe = settings.get("classifier")
-        probe = probe.get("classifier") if isinstance(probe, dict) else None
-        details = ", ".join(x for x in (f"mode {mode}" if mode else "", f"probe {probe}" if probe else "") if x)
-        lines += ["Transfer: test accuracy x100 of a logistic regression on the frozen embeddings"
-                  + (f" (SentEval, {details})." if details else " (SentEval)."), ""]
-        lines += _task_table(transfer, TRANSFER_TASKS, "acc")
-        lines.append("")
-    retrieval = eval_results.get("retrieval")
-    if isinstance(retrieval, dict) and retrieval:
-        where = settings.get("retrieval") or {}
-        name = Path(where["data_dir"]).name if where.get("data_dir") else "BEIR"
-        lines += [f"Retrieval on {name} (split {where.get('split', '?')}, {retrieval.get('n_queries')} queries, "
-                  f"{retrieval.get('n_documents')} documents): x100, exact cosine search over the whole corpus, "
-                  f"max length {retrieval.get('max_seq_length')}.", ""]
-        lines += markdown_table(["nDCG@10", "MAP@10", "MRR@10", "Recall@100"],
-                                [[number(retrieval.get(k)) for k in ("ndcg@10", "map@10", "mrr@10", "recall@100")]],
-                                centred=True)
-        lines.append("")
-    pairs = eval_results.get("pairs")
-    if isinstance(pairs, dict) and pairs:
-        from mixcse.evaluation.pairs import format_pairs_table
-
-        lines += ["Labelled pairs: x100 of cosine similarities; AP (average precision), accuracy and F1 at the best "
-                  "thresholds for 0/1 labels, Spearman for graded labels.", ""]
-        lines += format_pairs_table(pairs) + [""]
+    """"Evaluation": each family's part of the card (evaluator.py), in the registry's order."""
+    lines, settings = ["## Evaluation", ""], eval_results.get("settings") or {}
+    for fam in families(eval_results):
+        block = fam.card(eval_results[fam.section], settings)
+        if block:
+            lines += block + [""]
     if len(lines) == 2:
         lines += ["No STS, transfer, retrieval or pair results were recorded.", ""]
     return lines
@@ -216,7 +173,7 @@ def render_model_card(best_dir: Path, resolved: dict, summary: dict, eval_result
     lines = [_front_matter(cfg.get("model"), cfg.get("loss"), eval_results), f"# {_model_name(best_dir)}", ""]
     lines += _details(best_dir, cfg, pooler)
     if cfg or resolved.get("objective"):
-        lines += _recipe(resolved, summary) + _training_data(resolved, summary) + _selection(summary)
+        lines += _recipe(resolved, summary) + _training_data(resolved, summary) + _levers(summary) + _selection(summary)
     if eval_results:
         lines += _eval_section(eval_results)
     lines += _usage(pooler, model_id)
@@ -331,6 +288,14 @@ def _training_data(resolved: dict, summary: dict) -> list[str]:
     return lines + [""]
 
 
+def _levers(summary: dict) -> list[str]:
+    """"Adaptation Levers": one line per lever the run used, from its report in the summary (training/levers/)."""
+    levers = summary.get("levers")
+    lines = [f"- **{name}:** {report.get('text') or ''}" for name, report in (levers or {}).items()
+             if isinstance(report, dict)]
+    return ["### Adaptation Levers", "", *lines, ""] if lines else []
+
+
 def _selection(summary: dict) -> list[str]:
     """"Checkpoint Selection": the start and the selected checkpoint, and the held-out pairs on both."""
     lines = ["### Checkpoint Selection", ""]
@@ -354,9 +319,12 @@ def _selection(summary: dict) -> list[str]:
                   + (f" (step {summary['best_step']})." if summary.get("best_step") else "."), ""]
     held_out = summary.get("test_pairs")
     if held_out:
-        lines += ["Held-out labelled pairs, never used for selection (x100):", ""]
-        lines += markdown_table(["pairs", "metric", "start", "selected"],
-                                [[name, r.get("metric", "?"), number(r.get("start")), number(r.get("best"))]
+        f1 = any(r.get("f1_best") is not None for r in held_out.values())
+        lines += ["Held-out labelled pairs, never used for selection (x100" + (
+            "; F1 at the threshold that maximises F1 on the selection pairs" if f1 else "") + "):", ""]
+        lines += markdown_table(["pairs", "metric", "start", "selected", *(["F1 start", "F1 selected"] if f1 else [])],
+                                [[name, r.get("metric", "?"), number(r.get("start")), number(r.get("best")),
+                                  *([number(r.get("f1_start")), number(r.get("f1_best"))] if f1 else [])]
                                  for name, r in held_out.items()], centred=True)
         lines.append("")
     return lines

@@ -4,12 +4,18 @@ Interface:
     read_pairs(path) -> PairSet          a .tsv/.csv of sentence1, sentence2, label (or score)
     score_pairs(emb_a, emb_b, labels)    -> metrics dict (x100) of the cosine similarities
     PairsEvaluator(paths)(encoder)       -> {name: metrics} for one or more files, each sentence embedded once
+    PairsEvaluator(paths, threshold_from=dev) also scores F1 at the threshold that maximises F1 on ``dev``
 
 Binary labels (0/1: duplicate or not, paraphrase or not) are scored as MTEB's PairClassification scores them:
 ``ap`` = average precision of the cosine similarities (scikit-learn's ``average_precision_score``; the primary
 metric), ``accuracy`` and ``f1`` at their best thresholds (with those thresholds). Graded labels (any other
 numbers, e.g. 0-5 similarity) are scored by ``spearman`` (primary) and ``pearson`` of the cosines. ``main`` names the
 primary metric of each file.
+
+``f1`` is the F1 of each file at that file's own best threshold: an upper bound, since the threshold is picked on
+the pairs it scores. A threshold chosen on other labelled pairs (``threshold_from``, a dev file) gives the F1 a user
+gets who must fix the threshold before seeing the test pairs: ``f1_dev_threshold`` (with ``precision_dev_threshold``,
+``recall_dev_threshold`` and ``dev_threshold``), the matching literature's figure.
 """
 from __future__ import annotations
 
@@ -86,6 +92,17 @@ def best_threshold_scores(similarity: np.ndarray, labels: np.ndarray) -> dict[st
             "precision": 100.0 * float(precision[j]), "recall": 100.0 * float(recall[j])}
 
 
+def f1_at(similarity: np.ndarray, labels: np.ndarray, threshold: float) -> dict[str, float]:
+    """F1, precision and recall x100 when pairs at ``similarity >= threshold`` are predicted 1."""
+    predicted, y = similarity >= threshold, labels.astype(bool)
+    hits = int((predicted & y).sum())
+    precision = hits / predicted.sum() if predicted.any() else 0.0
+    recall = hits / y.sum() if y.any() else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    return {"f1_dev_threshold": 100.0 * float(f1), "precision_dev_threshold": 100.0 * float(precision),
+            "recall_dev_threshold": 100.0 * float(recall), "dev_threshold": float(threshold)}
+
+
 def score_pairs(emb_a: np.ndarray, emb_b: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
     """The metrics of one pair file from its embeddings (rows of ``emb_a`` and ``emb_b`` pair up)."""
     similarity = S.row_cosine(emb_a, emb_b)
@@ -116,16 +133,20 @@ def pair_file_names(paths: Iterable[str | Path]) -> list[str]:
 
 
 def format_pairs_table(results: dict[str, dict]) -> list[str]:
-    """Markdown lines: one row per file with its primary metric first."""
+    """Markdown lines: one row per file with its primary metric first; "F1 dev thr." when a dev file set the
+    threshold (``threshold_from``)."""
     from mixcse.utils.tables import markdown_table, number
 
+    dev = any("f1_dev_threshold" in r for r in results.values())
     rows = []
     for name, r in results.items():
+        extra = [number(r.get("f1_dev_threshold"))] if dev else []
         if r["main"] == "ap":
-            rows.append([name, str(r["n_pairs"]), number(r["ap"]), number(r["accuracy"]), number(r["f1"]), ""])
+            rows.append([name, str(r["n_pairs"]), number(r["ap"]), number(r["accuracy"]), number(r["f1"]), *extra,
+                         ""])
         else:
-            rows.append([name, str(r["n_pairs"]), "", "", "", number(r["spearman"])])
-    return markdown_table(["Pairs", "n", "AP", "Acc.", "F1", "Spearman"], rows)
+            rows.append([name, str(r["n_pairs"]), "", "", "", *([""] if dev else []), number(r["spearman"])])
+    return markdown_table(["Pairs", "n", "AP", "Acc.", "F1", *(["F1 dev thr."] if dev else []), "Spearman"], rows)
 
 
 class PairsEvaluator(Evaluator):
@@ -139,11 +160,45 @@ class PairsEvaluator(Evaluator):
     section = "pairs"
     extra_metrics = ("accuracy", "f1")
 
-    def __init__(self, paths: str | Path | Iterable[str | Path], *, name: str | None = None):
+    @property
+    def label(self) -> str:
+        """"dev pairs AP" for a file dev.tsv of 0/1 labels."""
+        metric = "AP" if self.primary_metric == "ap" else "Spearman"
+        return f"{Path(self.sets[0].source).stem} pairs {metric}" if len(self.sets) == 1 else "pairs"
+
+    @classmethod
+    def protocol(cls, evaluators, context) -> dict:
+        out = {"files": [str(f) for f in context["pairs_data"]], "similarity": "cosine",
+               "binary_labels": "ap (main; sklearn average_precision_score), accuracy and f1 at best thresholds",
+               "graded_labels": "spearman (main), pearson"}
+        if context.get("threshold_from"):
+            out["f1_dev_threshold"] = f"f1 at the threshold that maximises f1 on {context['threshold_from']}"
+        return out
+
+    @classmethod
+    def table(cls, section: dict, settings: dict, label: str | None = None) -> list[str]:
+        dev = next((r["threshold_from"] for r in section.values() if r.get("threshold_from")), None)
+        return ["Pairs x100 (cosine): AP, accuracy and F1 at each file's own best thresholds for 0/1 labels"
+                + (f", F1 at the threshold best on {Path(dev).name}" if dev else "") + "; Spearman for graded labels",
+                *format_pairs_table(section)]
+
+    @classmethod
+    def card(cls, section: dict, settings: dict) -> list[str]:
+        dev = next((r["threshold_from"] for r in section.values() if r.get("threshold_from")), None)
+        return ["Labelled pairs: x100 of cosine similarities; AP (average precision), accuracy and F1 at each file's "
+                "own best thresholds for 0/1 labels" + (f", F1 at the threshold best on {Path(dev).name}" if dev
+                                                        else "") + ", Spearman for graded labels.", "",
+                *format_pairs_table(section)]
+
+    def __init__(self, paths: str | Path | Iterable[str | Path], *, name: str | None = None,
+                 threshold_from: str | Path | None = None):
         paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
         if not paths:
             raise D.DataError("no pair files given")
         self.sets = [read_pairs(p) for p in paths]
+        self.dev = None if threshold_from is None else read_pairs(threshold_from)
+        if self.dev is not None and not is_binary(self.dev.scores):
+            raise D.DataError(f"{threshold_from}: a threshold needs 0/1 labels; this file has graded scores")
         self.files = pair_file_names([ps.source for ps in self.sets])
         binary = is_binary(self.sets[0].scores)
         self.primary_metric = "ap" if binary else "spearman"
@@ -153,12 +208,21 @@ class PairsEvaluator(Evaluator):
                             f"pair AP / Spearman x100 on {len(paths)} files")
 
     def units(self) -> dict[str, list[str]]:
-        return {self.name: [s for ps in self.sets for s in ps.a + ps.b]}
+        dev = [] if self.dev is None else self.dev.a + self.dev.b
+        return {self.name: [s for ps in self.sets for s in ps.a + ps.b] + dev}
 
     def score(self, embeddings, encoder=None, **_) -> dict[str, dict]:
         embed = embeddings[self.name]
-        return {name: {"file": ps.source, **score_pairs(embed(ps.a), embed(ps.b), ps.scores)}
-                for name, ps in zip(self.files, self.sets)}
+        out = {name: {"file": ps.source, **score_pairs(embed(ps.a), embed(ps.b), ps.scores)}
+               for name, ps in zip(self.files, self.sets)}
+        if self.dev is not None:
+            dev = S.row_cosine(embed(self.dev.a), embed(self.dev.b))
+            threshold = best_threshold_scores(dev, self.dev.scores)["f1_threshold"]
+            for r, ps in zip(out.values(), self.sets):
+                if r["main"] == "ap":
+                    r.update(f1_at(S.row_cosine(embed(ps.a), embed(ps.b)), ps.scores, threshold),
+                             threshold_from=self.dev.source)
+        return out
 
     def _only(self, results: dict) -> dict:
         if len(results) != 1:

@@ -316,6 +316,38 @@ class RetrievalEvaluator(Evaluator):
 
     section = "retrieval"
     primary_metric = "ndcg@10"
+    COLUMNS = {"ndcg@10": "nDCG@10", "map@10": "MAP@10", "mrr@10": "MRR@10", "recall@100": "Recall@100"}
+
+    @property
+    def label(self) -> str:
+        return self._label
+
+    @classmethod
+    def protocol(cls, evaluators, context) -> dict:
+        return protocol(evaluators[0].data)
+
+    @classmethod
+    def _row(cls, section: dict, model: str | None = None, *, centred: bool = False) -> list[str]:
+        from mixcse.evaluation.evaluator import result_row
+        from mixcse.utils.tables import number
+
+        return result_row(list(cls.COLUMNS.values()), [number(section.get(k)) for k in cls.COLUMNS], model,
+                          centred=centred)
+
+    @classmethod
+    def table(cls, section: dict, settings: dict, label: str | None = None) -> list[str]:
+        where = settings.get("retrieval", {})
+        return [f"Retrieval x100 ({Path(where.get('data_dir', '?')).name}, split {where.get('split', '?')}: "
+                f"{section['n_queries']} queries, {section['n_documents']} documents, max length "
+                f"{section.get('max_seq_length')})", *cls._row(section, label)]
+
+    @classmethod
+    def card(cls, section: dict, settings: dict) -> list[str]:
+        where = settings.get("retrieval") or {}
+        name = Path(where["data_dir"]).name if where.get("data_dir") else "BEIR"
+        return [f"Retrieval on {name} (split {where.get('split', '?')}, {section.get('n_queries')} queries, "
+                f"{section.get('n_documents')} documents): x100, exact cosine search over the whole corpus, max length "
+                f"{section.get('max_seq_length')}.", "", *cls._row(section, centred=True)]
 
     def __init__(self, data_dir, split: str = "test", *, max_seq_length: int | None = None, subset: bool = False,
                  n_distractors: int | None = None, seed: int = 0):
@@ -327,11 +359,11 @@ class RetrievalEvaluator(Evaluator):
             full = self.data.n_documents
             self.data = dev_subset(self.data, seed=seed,
                                    **({} if n_distractors is None else {"n_distractors": n_distractors}))
-            self.name = f"{split}_{self.primary_metric}"
+            self.name, self._label = f"{split}_{self.primary_metric}", f"{Path(data_dir).name} {split} nDCG@10"
             self.description = (f"nDCG@10 x100 on {Path(data_dir).name} {split} ({self.data.n_queries} queries, "
                                 f"{self.data.n_documents} of {full} documents: the relevant ones and a seeded sample)")
         else:
-            self.name = "retrieval"
+            self.name, self._label = "retrieval", f"{Path(data_dir).name} {split} nDCG@10"
             self.description = f"nDCG@10 x100 on {Path(data_dir).name} {split} (whole corpus)"
 
     def score(self, embeddings, encoder=None, *, batch_size: int = 64, cache_dir=None) -> dict:

@@ -14,8 +14,9 @@ import numpy as np
 from scipy import stats
 
 from mixcse.evaluation import senteval as D
-from mixcse.evaluation.evaluator import Evaluator
+from mixcse.evaluation.evaluator import Evaluator, label, result_row, task_keys
 from mixcse.evaluation.senteval import PairSet
+from mixcse.utils.tables import number
 
 
 def row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -99,11 +100,45 @@ class STSEvaluator(Evaluator):
     ride along). Results: ``spearman`` (primary), ``pearson``, ``n`` (+ per-subset figures for STS12-16)."""
 
     section = "sts"
+    per_task = True
     primary_metric = "spearman"
 
-    def __init__(self, name: str, data: PairSet | dict[str, PairSet], description: str, *, analysis: bool = False):
+    def __init__(self, name: str, data: PairSet | dict[str, PairSet], description: str, *, analysis: bool = False,
+                 label: str | None = None, start_won_hint: str = ""):
         self.name, self.data, self.description, self.analysis = name, data, description, analysis
         self.extra_metrics = ("alignment", "uniformity", "max_angle", "mean_angle") if analysis else ()
+        self._label, self.start_won_hint = label, start_won_hint
+
+    @property
+    def label(self) -> str:
+        return self._label or label(self.name)
+
+    @classmethod
+    def protocol(cls, evaluators, context) -> dict:
+        return {"similarity": "cosine", "regressor": None,
+                "headline": "spearman = Spearman over all subsets pooled ('all'); 'wmean' = per-subset Spearman "
+                            "averaged weighted by subset size; 'mean' = unweighted",
+                "stsb_split": "test", "sick_split": "test_annotated", "blank_gold_lines": "skipped"}
+
+    @classmethod
+    def summarize(cls, section: dict) -> None:
+        section["avg"] = finite_mean(section[t]["spearman"] for t in task_keys(section))
+
+    @classmethod
+    def _row(cls, section: dict, model: str | None = None, *, centred: bool = False) -> list[str]:
+        tasks = task_keys(section)
+        return result_row([label(t) for t in tasks] + ["Avg."],
+                          [number(section[t].get("spearman")) for t in tasks] + [number(section.get("avg"))], model,
+                          centred=centred)
+
+    @classmethod
+    def table(cls, section: dict, settings: dict, label: str | None = None) -> list[str]:
+        return ["STS: Spearman x100 of cosine similarity ('all' aggregation for STS12-16)", *cls._row(section, label)]
+
+    @classmethod
+    def card(cls, section: dict, settings: dict) -> list[str]:
+        return ["STS: Spearman correlation x100 of cosine similarities (SentEval protocol, 'all' aggregation for "
+                "STS12-16).", "", *cls._row(section, centred=True)]
 
     @classmethod
     def senteval(cls, task: str, data_dir) -> "STSEvaluator":
@@ -117,7 +152,11 @@ class STSEvaluator(Evaluator):
     @classmethod
     def stsb_dev(cls, data_dir, *, analysis: bool = False) -> "STSEvaluator":
         return cls("stsb_dev", D.load_stsb(data_dir, "dev"),
-                   f"STS-B dev Spearman x100 ({Path(data_dir) / 'STS/STSBenchmark/sts-dev.csv'})", analysis=analysis)
+                   f"STS-B dev Spearman x100 ({Path(data_dir) / 'STS/STSBenchmark/sts-dev.csv'})", analysis=analysis,
+                   label="STS-B dev", start_won_hint=(
+                       "STS-B dev measures general-domain similarity; on a weak masked LM such as the CPU stand-in "
+                       "SimCSE/MixCSE do not raise it (they do on all-MiniLM-L6-v2, docs/results.md); to adapt a "
+                       "real encoder to your own domain see docs/domain-adaptation.md (recipes/domain/)"))
 
     def units(self) -> dict[str, list[str]]:
         sets = self.data.values() if isinstance(self.data, dict) else [self.data]

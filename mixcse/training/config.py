@@ -1,4 +1,7 @@
-"""Training configuration: one flat dataclass, loaded from a YAML recipe plus ``key=value`` overrides."""
+"""Training configuration: one flat set of recipe keys, loaded from a YAML recipe plus ``key=value`` overrides.
+
+The keys are the fields below and the keys of every registered lever (mixcse/training/levers/): a lever owns its
+keys, their defaults and their checks, and they stay top-level recipe keys (``cfg.positives`` reads one)."""
 
 from __future__ import annotations
 
@@ -7,16 +10,17 @@ import difflib
 import math
 import types
 import typing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from mixcse.data.documents import POSITIVES, SEGMENTS
+from mixcse.data.documents import SEGMENTS
 from mixcse.errors import ConfigError
-from mixcse.evaluation.selection import SELECT_ON
+from mixcse.evaluation.selection import select_on_values
 from mixcse.losses import PRESETS, ContrastiveObjective, objective_from_preset
 from mixcse.models.encoder import POOLERS
+from mixcse.training.levers import LEVERS, lever_keys, renamed_keys
 from mixcse.training.tracking import parse_report_to
 
 TRAIN_PRECISIONS = ("fp32", "bf16", "fp16", "auto")
@@ -24,7 +28,7 @@ CORPORA = ("memory", "disk")
 
 
 @dataclass
-class TrainConfig:
+class _Fields:
     # what to train
     model: str = ""
     train_file: str = ""
@@ -46,11 +50,6 @@ class TrainConfig:
     # memory: read and tokenise the text at start (what a run uses); disk: tokenise the whole file once into
     # shards cached on disk, read per batch (mixcse/data/disk.py), so that RAM does not grow with the corpus
     corpus: str = "memory"
-    # the second view of each anchor: dropout (the paper: the same sentence again), neighbours (the next sentence of
-    # its document), title (a document's title as anchor, its text as positive) or mined (its mutual nearest
-    # neighbour by the start model, at cosine >= mine_threshold; the others keep dropout); docs/domain-adaptation.md
-    positives: str = "dropout"
-    mine_threshold: float = 0.9
     corpus_cache_dir: str | None = None  # disk: where the shards go (None: $MIXCSE_CACHE/corpus or ~/.cache/mixcse)
     # documents (.jsonl/.csv/.tsv/.parquet) vs plain lines: see docs/training-data.md; None = the format's default
     text_column: str | None = None  # default: "text", with "title" in front when there is one (BEIR)
@@ -77,10 +76,8 @@ class TrainConfig:
     length_buckets: int | None = None
     compile: bool = False  # torch.compile the encoder; batches padded to max_seq_length (static shapes)
     fast_cpu_dropout: bool = True  # on CPU, draw dropout masks with numpy (mixcse/models/dropout.py): ~3x cheaper
-    # adapting a strong start model (docs/domain-adaptation.md): levers computed from the start model's frozen
-    # embeddings of the training text (once, before the first step)
-    false_negative_threshold: float | None = None  # in-batch pairs at start-model cosine >= this: no negatives
-    distill_weight: float | None = None  # weight of KL(start model || student) of the in-batch similarities
+    # the levers' keys (positives, mine_threshold, augment..., false_negative_threshold, distill_weight) are
+    # declared by the levers themselves: mixcse/training/levers/
     # checkpoint selection (mixcse/evaluation/selection.py): the start model (step 0) is always a candidate
     select_on: str = "stsb_dev"  # stsb_dev | retrieval | pairs | none
     data_dir: str | None = None  # SentEval layout, for stsb_dev (None: $MIXCSE_DATA, ./data, ~/.cache/mixcse/data)
@@ -114,6 +111,34 @@ class TrainConfig:
     log_steps: int = 10
     report_to: str = "none"  # none | tensorboard | wandb | "tensorboard,wandb" (mixcse/training/tracking.py)
 
+
+class TrainConfig(_Fields):
+    """Every recipe key: the fields of ``_Fields`` and the registered levers' keys (their defaults when unset)."""
+
+    def __init__(self, **values):
+        levers = lever_keys()
+        own = {key: values.pop(key) for key in list(values) if key in levers}
+        super().__init__(**values)
+        object.__setattr__(self, "_levers", {key: own.get(key, default) for key, (_, default) in levers.items()})
+
+    def __getattr__(self, name: str):  # only for names that are not fields: the levers' keys
+        values = self.__dict__.get("_levers")
+        if values is not None and name in values:
+            return values[name]
+        spec = lever_keys().get(name)  # a lever registered after this config was built: its default
+        if spec is not None:
+            return spec[1]
+        raise AttributeError(f"{type(self).__name__} has no key {name!r}")
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in lever_keys():
+            self.__dict__.setdefault("_levers", {})[name] = value
+        else:
+            super().__setattr__(name, value)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TrainConfig) and self.to_dict() == other.to_dict()
+
     def objective(self) -> ContrastiveObjective:
         try:
             return objective_from_preset(
@@ -130,7 +155,7 @@ class TrainConfig:
         return 4 if device_type == "cpu" else 1
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return dataclasses.asdict(self) | {key: getattr(self, key) for key in lever_keys()}
 
     def validate(self) -> "TrainConfig":
         for name in ("model", "train_file", "output_dir"):
@@ -140,8 +165,8 @@ class TrainConfig:
             raise ConfigError(f"loss must be one of {', '.join(PRESETS)}, got {self.loss!r}")
         if self.pooler not in POOLERS:
             raise ConfigError(f"pooler must be one of {', '.join(POOLERS)}, got {self.pooler!r}")
-        if self.select_on not in SELECT_ON:
-            raise ConfigError(f"select_on must be one of {', '.join(SELECT_ON)}, got {self.select_on!r}")
+        if self.select_on not in select_on_values():
+            raise ConfigError(f"select_on must be one of {', '.join(select_on_values())}, got {self.select_on!r}")
         parse_report_to(self.report_to)
         if self.select_split == "test":
             raise ConfigError("select_split test is refused: select on train (or dev), report on test")
@@ -154,8 +179,6 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"config key {name!r} must be >= 1, got {value}")
-        if self.positives not in POSITIVES:
-            raise ConfigError(f"positives must be one of {', '.join(POSITIVES)}, got {self.positives!r}")
         if self.corpus not in CORPORA:
             raise ConfigError(f"corpus must be one of {', '.join(CORPORA)}, got {self.corpus!r}")
         if self.segment is not None and self.segment not in SEGMENTS:
@@ -167,7 +190,7 @@ class TrainConfig:
                               f"the batch is encoded in equal chunks")
         if self.batch_size < 2:
             raise ConfigError("batch_size must be >= 2: in-batch negatives need a second sentence")
-        for name in FLOAT_KEYS:  # nan passes every comparison below, so finiteness is checked first
+        for name in float_keys():  # nan passes every comparison below, so finiteness is checked first
             value = getattr(self, name)
             if value is not None and not isinstance(value, list) and not math.isfinite(value):
                 raise ConfigError(f"config key {name!r} must be a finite number, got {value}")
@@ -184,20 +207,8 @@ class TrainConfig:
         return self
 
     def _validate_adaptation(self) -> None:
-        if self.positives != "dropout" and self.corpus == "disk":
-            raise ConfigError(f"positives {self.positives} needs corpus: memory")
-        for name in ("false_negative_threshold", "mine_threshold"):
-            value = getattr(self, name)
-            if value is not None and not -1.0 <= value <= 1.0:
-                raise ConfigError(f"config key {name!r} is a cosine similarity, in [-1, 1]; got {value}")
-        if self.distill_weight is not None and self.distill_weight < 0:
-            raise ConfigError(f"config key 'distill_weight' must be >= 0, got {self.distill_weight}")
-        if self.uses_start_embeddings() and self.corpus == "disk":
-            raise ConfigError("false_negative_threshold, distill_weight and positives: mined need corpus: memory (the "
-                              "start model embeds the training text once)")
-        if (self.false_negative_threshold is not None or self.distill_weight) and self.loss == "mixcse-released":
-            raise ConfigError("false_negative_threshold and distill_weight apply to the paper's objectives, not "
-                              "mixcse-released")
+        for lever in LEVERS.values():
+            lever.check(self)
         tolerances = self.guard_tolerance if isinstance(self.guard_tolerance, list) else [self.guard_tolerance]
         if not all(math.isfinite(t) and t >= 0 for t in tolerances) or not tolerances:
             raise ConfigError(f"config key 'guard_tolerance' must be >= 0 and finite (a number, or one per guard), "
@@ -220,10 +231,6 @@ class TrainConfig:
                     not self.interpolate or not all(math.isfinite(a) and a > 0 for a in self.interpolate)):
                 raise ConfigError(f"interpolate must list blend weights > 0 (1.0 = the checkpoint itself, above 1 "
                                   f"extrapolates), got {self.interpolate}")
-
-    def uses_start_embeddings(self) -> bool:
-        """Whether the run embeds its training text with the start model before the first step."""
-        return self.positives == "mined" or self.false_negative_threshold is not None or bool(self.distill_weight)
 
     def guard_list(self) -> list[tuple[str, float]]:
         """[(guard data, tolerance)] of every guard."""
@@ -248,8 +255,14 @@ def _allowed_types(annotation) -> tuple[type, ...]:
     return (annotation,)
 
 
-# every float-typed key, checked for finiteness in validate()
-FLOAT_KEYS = tuple(name for name, hint in typing.get_type_hints(TrainConfig).items() if float in _allowed_types(hint))
+def key_types() -> dict:
+    """{recipe key: its type}: the fields' and the registered levers'."""
+    return typing.get_type_hints(_Fields) | {key: kind for key, (kind, _) in lever_keys().items()}
+
+
+def float_keys() -> tuple[str, ...]:
+    """Every float-typed key, checked for finiteness in validate()."""
+    return tuple(name for name, hint in key_types().items() if float in _allowed_types(hint))
 
 
 def _coerce(name: str, value, annotation):
@@ -275,6 +288,10 @@ def _coerce(name: str, value, annotation):
                 return [value]
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
                 return list(value)
+        if typing.get_origin(kind) is dict and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            number = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())
+            if typing.get_args(kind)[1:] != (float,) or number:  # a mapping of names (to numbers)
+                return {k: float(v) for k, v in value.items()} if number else dict(value)
         if typing.get_origin(kind) is list and typing.get_args(kind) == (float,):  # a list of numbers
             if isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
                 return [float(v) for v in value]
@@ -283,15 +300,21 @@ def _coerce(name: str, value, annotation):
 
 def _fail_type(name, value, allowed):
     names = " or ".join("null" if a is type(None) else f"a list of {typing.get_args(a)[0].__name__}s"
-                        if typing.get_origin(a) is list else a.__name__ for a in allowed)
+                        if typing.get_origin(a) is list else "a mapping of names to numbers"
+                        if typing.get_origin(a) is dict else a.__name__ for a in allowed)
     raise ConfigError(f"config key {name!r} must be {names}, got {value!r} ({type(value).__name__})")
 
 
 def build_config(values: dict) -> TrainConfig:
-    hints = typing.get_type_hints(TrainConfig)
-    known = {f.name for f in fields(TrainConfig)}
+    hints = key_types()
+    known, renamed = set(hints), renamed_keys()
     kwargs = {}
     for key, value in values.items():
+        if key in renamed and key not in known:  # an old name of a lever's key
+            if renamed[key] in values:
+                raise ConfigError(f"config keys {key!r} and {renamed[key]!r} are the same key (the old name and the "
+                                  f"new): keep {renamed[key]!r}")
+            key = renamed[key]
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -15,9 +15,9 @@ of the loss with respect to this rank's pooled embeddings (2N x d, view 1 rows t
 loss scaler and, under DDP, times the world size (each rank back-propagates world_size x the loss, which DDP
 averages); ``StepResult.anchor_grad_norm()`` reduces it to the logged figure.
 
-``signals``, when given, holds what the start model says of the global batch (mixcse/training/teacher.py):
-``exclude`` (N x N bool, false negatives) and/or ``teacher`` (N x d, its embeddings, for ``distill_weight``); the
-loss is ``mixcse.losses.training_loss``.
+``signals``, when given, holds what the levers say of the global batch (mixcse/training/levers/): ``exclude``
+(N x N bool, pairs that are not negatives) and the tensors of their loss terms (``levers``: those with a
+``loss_term``); the loss is ``mixcse.losses.training_loss``.
 
 ``mark(name)``, when given, is called after each phase ("forward", "loss", "backward", "clip", "optimizer",
 "zero_grad") so that a profiler can time them.
@@ -74,20 +74,21 @@ class _StepBase:
     def __init__(self, ctx: DistContext, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  objective: ContrastiveObjective, *, scaler: torch.amp.GradScaler | None = None,
                  autocast_dtype: torch.dtype | None = None, length_buckets: int = 1,
-                 max_grad_norm: float | None = None, pad_to: int | None = None, distill_weight: float = 0.0):
+                 max_grad_norm: float | None = None, pad_to: int | None = None, levers=()):
         self.ctx, self.model, self.optimizer, self.objective = ctx, model, optimizer, objective
         self.scaler, self.autocast_dtype = scaler, autocast_dtype
         self.length_buckets, self.max_grad_norm, self.pad_to = length_buckets, max_grad_norm, pad_to
-        self.distill_weight = distill_weight
+        self.levers = tuple(levers)  # the levers that add a loss term
 
     def _terms(self, z1: torch.Tensor, z2: torch.Tensor, signals: dict | None, rows: slice | None = None
                ) -> LossOutput:
-        """The loss of anchors ``rows`` (all: None) of the global batch (z1, z2) with the start model's signals."""
+        """The loss of anchors ``rows`` (all: None) of the global batch (z1, z2) with the levers' signals."""
         signals = signals or {}
-        teacher = signals.get("teacher")
-        return training_loss(z1, z2, self.objective, rows, exclude=signals.get("exclude"),
-                             teacher=None if teacher is None else teacher.to(z1.device),
-                             distill_weight=self.distill_weight)
+        exclude = signals.get("exclude")
+        terms = [lambda a, b, r, lever=lever: lever.loss_term(a, b, signals, self.objective, r)
+                 for lever in self.levers]
+        return training_loss(z1, z2, self.objective, rows, exclude=None if exclude is None else exclude.to(z1.device),
+                             terms=terms)
 
     def _autocast(self):
         return torch.autocast(self.ctx.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
@@ -250,13 +251,14 @@ class CachedStep(_StepBase):
 
 def make_step(cfg: TrainConfig, ctx: DistContext, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
               objective: ContrastiveObjective | None = None, scaler: torch.amp.GradScaler | None = None, *,
-              precision: str | None = None, length_buckets: int | None = None) -> Step:
+              precision: str | None = None, length_buckets: int | None = None, levers=()) -> Step:
     """The step ``cfg`` describes: one pass or cached (``mini_batch_size``), compiled or eager (``compile``), its
     clipping norm, its forward buckets on ``ctx.device`` and its precision.
 
     ``model`` is the encoder, or its DistributedDataParallel wrapper. ``objective`` defaults to ``cfg``'s;
     ``precision`` to ``cfg.precision``, which must then be resolved already ("auto" is the trainer's to resolve);
-    ``length_buckets`` to ``cfg.forward_buckets(device)``. fp16 needs ``scaler``.
+    ``length_buckets`` to ``cfg.forward_buckets(device)``. fp16 needs ``scaler``. ``levers``: the run's levers (those
+    with a loss term add it).
     """
     precision = precision or cfg.precision
     if precision not in ("fp32", *AUTOCAST_DTYPES):
@@ -265,7 +267,8 @@ def make_step(cfg: TrainConfig, ctx: DistContext, model: torch.nn.Module, optimi
     if cfg.compile:
         model, buckets, pad_to = compile_encoder(model, ctx.device), 1, cfg.max_seq_length
     setting = dict(scaler=scaler, autocast_dtype=AUTOCAST_DTYPES.get(precision), length_buckets=buckets,
-                   max_grad_norm=cfg.max_grad_norm, pad_to=pad_to, distill_weight=cfg.distill_weight or 0.0)
+                   max_grad_norm=cfg.max_grad_norm, pad_to=pad_to,
+                   levers=[lever for lever in levers if lever.has("loss_term")])
     objective = objective or cfg.objective()
     if cfg.mini_batch_size is not None:
         return CachedStep(ctx, model, optimizer, objective, mini_batch_size=cfg.mini_batch_size, **setting)

@@ -29,6 +29,14 @@ from mixcse.models.encoder import load_encoder
 from mixcse.models.sentence_encoder import SentenceEncoder
 from mixcse.training import distributed
 from mixcse.training.config import TrainConfig, build_config
+from mixcse.training.levers import StartModel, active_levers
+from mixcse.training.optim import (  # noqa: F401 (cpu_supports_bf16: the benchmarks read it here)
+    build_optimizer,
+    cpu_supports_bf16,
+    linear_schedule,
+    prepare_for_training,
+    resolve_precision,
+)
 from mixcse.training.rundir import (
     BEST_DIR,
     RESUME_SCHEDULE_KEYS,
@@ -45,16 +53,8 @@ from mixcse.training.rundir import (
     seed_everything,
     set_rng_state,
 )
-from mixcse.training.step import make_step
-from mixcse.training.optim import (  # noqa: F401 (cpu_supports_bf16: the benchmarks read it here)
-    build_optimizer,
-    cpu_supports_bf16,
-    linear_schedule,
-    prepare_for_training,
-    resolve_precision,
-)
 from mixcse.training.selection import CandidateModel, Guard, Selection, initial_state, upgraded
-from mixcse.training.teacher import StartModelSignals, start_model_levers
+from mixcse.training.step import make_step
 from mixcse.training.timeline import Timeline
 from mixcse.training.tracking import Trackers, open_trackers
 from mixcse.utils.files import atomic_write_text
@@ -78,6 +78,9 @@ class TrainResult:
     best_alpha: float | None = None  # the shipped candidate's weight on its checkpoint (1.0: not a blend)
     seconds: dict | None = None  # where this call's wall time went: {train, select, guard, test, other}
     decision: str | None = None  # one sentence on why best/ is what it is
+    levers: dict | None = None  # {lever: its report}: the levers this run used (training/levers/)
+    select_label: str | None = None  # the selector's short name for reports ("STS-B dev", "dev pairs AP")
+    start_won_hint: str | None = None  # the selector's note when the start model was kept
 
 
 def train(config: TrainConfig | dict, *, overwrite: bool = False, resume: bool = False,
@@ -115,7 +118,10 @@ class Run:
         self.selector, self.no_selection_note = build_selector(
             cfg.select_on, data_dir=cfg.data_dir, select_data=cfg.select_data, select_split=cfg.select_split,
             analysis=cfg.analysis_at_eval, select_docs=cfg.select_docs)
-        self.held_out = PairsEvaluator(cfg.test_pairs) if cfg.test_pairs and ctx.is_main else None
+        # held-out pairs: AP, and F1 at the threshold best on the selection pairs when they have 0/1 labels
+        dev = cfg.select_data if isinstance(self.selector, PairsEvaluator) and self.selector.primary_metric == "ap" \
+            else None
+        self.held_out = PairsEvaluator(cfg.test_pairs, threshold_from=dev) if cfg.test_pairs and ctx.is_main else None
         self.guards = [Guard(build_guard(data, data_dir=cfg.data_dir), data, tolerance)
                        for data, tolerance in cfg.guard_list()]
         if self.guards and self.selector is None:
@@ -174,7 +180,7 @@ class Run:
         # the start model's weights, for the blends that selection scores (interpolate)
         needs_start = len(cfg.blend_weights()) > 1 or (cfg.guard_data is not None and cfg.interpolate != "none")
         self.start_state = self._weights() if needs_start else None
-        pairs, self.signals = self._start_model_levers(corpus_loader)
+        pairs = self._prepare_levers(corpus_loader)
         if ctx.rank:  # every rank starts from the same weights, but draws its own dropout masks (rank 0: `seed`)
             seed_everything(int(np.random.SeedSequence([cfg.seed, ctx.rank]).generate_state(1)[0]))
         if ctx.enabled and not ctx.is_main:
@@ -187,11 +193,31 @@ class Run:
         self.total_steps = self.plan.total_steps(cfg)
         return description
 
-    def _start_model_levers(self, corpus_loader) -> tuple[list | None, StartModelSignals | None]:
-        """``positives: mined`` pairs and the per-batch signals from the start model (training/teacher.py)."""
-        pairs, signals, self.mined = start_model_levers(self.cfg, self.encoder, self.tokenizer, corpus_loader,
-                                                        self.ctx.device, self.ctx.is_main)
-        return pairs, signals
+    def _prepare_levers(self, corpus_loader) -> list | None:
+        """The run's levers (training/levers/), prepared from the start model and the corpus; the second views
+        one of them gives, or None."""
+        self.levers = active_levers(self.cfg)
+        start = StartModel(self.cfg, self.encoder, self.tokenizer, corpus_loader, self.ctx.device, self.ctx.is_main)
+        for lever in self.levers:
+            lever.prepare(start)
+        start.print_notes()
+        return next((pairs for lever in self.levers if (pairs := lever.pairs()) is not None), None)
+
+    def signals(self, indices) -> dict | None:
+        """The levers' tensors for the loss of one global batch; None when no lever gives any."""
+        signals = {}
+        for lever in self.levers:
+            if lever.has("signals"):
+                signals.update(lever.signals(indices))
+        return signals or None
+
+    def batch(self, indices, step: int) -> dict:
+        """This rank's share of global batch ``step``, as the levers' views change it."""
+        batch = self.corpus.batch(indices)
+        for lever in self.levers:
+            if lever.has("view"):
+                batch = lever.view(batch, indices, step)
+        return batch
 
     def _build_optimizer(self) -> None:
         cfg, ctx = self.cfg, self.ctx
@@ -262,13 +288,12 @@ class Run:
         patience = cfg.early_stopping_patience
         stop = selector is not None and patience is not None and state["step"] > 0 and state["bad_evals"] >= patience
         train_step = make_step(cfg, ctx, self.model, self.optimizer, self.objective, self.scaler,
-                               precision=self.precision)
+                               precision=self.precision, levers=self.levers)
         save_steps = cfg.save_steps or cfg.eval_steps
         while state["step"] < self.total_steps and not stop:
             with timeline.phase("train"):
                 indices = self.plan.indices(state["step"])
-                signals = self.signals(indices) if self.signals is not None else None
-                result = self.step(train_step, self.corpus.batch(indices[local]), signals)
+                result = self.step(train_step, self.batch(indices[local], state["step"]), self.signals(indices))
                 step = state["step"]
                 if step % cfg.log_steps == 0 or step == self.total_steps:  # the only host syncs of the loop
                     self.log(result)
@@ -391,10 +416,12 @@ class Run:
         return evaluator.primary(results), evaluator.extras(results)
 
     def _held_out_scores(self, encoder) -> dict[str, dict]:
-        """{file name: {metric, value, file}} of the held-out pair files (``test_pairs``)."""
+        """{file name: {metric, value, file, f1}} of the held-out pair files (``test_pairs``); ``f1``: at the
+        threshold best on the selection pairs (None without one)."""
         with self.timeline.phase("test"):
             results = self.held_out(encoder, batch_size=self.cfg.eval_batch_size)
-        return {name: {"metric": r["main"], "value": r[r["main"]], "file": r["file"]} for name, r in results.items()}
+        return {name: {"metric": r["main"], "value": r[r["main"]], "file": r["file"],
+                       "f1": r.get("f1_dev_threshold")} for name, r in results.items()}
 
     def save_best(self) -> None:
         if self.ctx.is_main:
@@ -416,12 +443,19 @@ class Run:
                 "state": dict(self.state), "rng": rngs, "config": self.cfg.to_dict()})
 
     def _held_out_report(self) -> dict:
-        """{file name: {metric, start, best}}: the held-out pair files on the start model and on best/."""
+        """{file name: {metric, start, best, file}}: the held-out pair files on the start model and on best/; with
+        0/1 selection pairs also ``f1_start`` / ``f1_best`` at the threshold best on them (``f1_threshold_from``)."""
         start = self.state["test_pairs_start"] or {}
         best = start if self.state["best_step"] == 0 and start else self._held_out_scores(
             SentenceEncoder.load(self.out / BEST_DIR, device=str(self.ctx.device)))
-        return {name: {"metric": r["metric"], "start": start.get(name, {}).get("value"), "best": r["value"],
-                       "file": r["file"]} for name, r in best.items()}
+        report = {}
+        for name, r in best.items():
+            report[name] = {"metric": r["metric"], "start": start.get(name, {}).get("value"), "best": r["value"],
+                            "file": r["file"]}
+            if r.get("f1") is not None:
+                report[name].update(f1_start=start.get(name, {}).get("f1"), f1_best=r["f1"],
+                                    f1_threshold_from=self.cfg.select_data)
+        return report
 
     def finish(self) -> TrainResult:
         """summary.json, the model card and the closing lines (rank 0); the result every rank returns."""
@@ -435,13 +469,17 @@ class Run:
             summary.update(steps=state["step"], total_steps=self.total_steps, test_pooler=self.encoder.test_pooler,
                            sentences_per_second=state["sentences_seen"] / max(state["train_seconds"], 1e-9),
                            select_metric=selector.name if selector else None,
+                           select_label=selector.label if selector else None,
                            selection=selector.description if selector else None,
                            start_won=selector is not None and state["best_step"] == 0,
                            inference_max_seq_length=self.inference_length)
             if self.selection is not None:
                 summary.update(self.selection.report(state))
-            if getattr(self, "mined", None):
-                summary["mined_positives"] = self.mined
+            if summary["start_won"] and selector.start_won_hint:
+                summary["start_won_hint"] = selector.start_won_hint
+            levers = {lever.name: report for lever in self.levers if (report := lever.report()) is not None}
+            if levers:
+                summary["levers"] = levers
             if self.held_out is not None:
                 summary["test_pairs"] = self._held_out_report()
             # this call's (resumed: since the resume), and where it went
@@ -461,7 +499,8 @@ class Run:
                            state["train_seconds"], state["sentences_seen"] / max(state["train_seconds"], 1e-9),
                            selector.name if selector else None, ctx.is_main, summary.get("test_pairs"),
                            summary.get("wall_seconds"), summary.get("guards"), summary.get("best_alpha"),
-                           summary.get("seconds"), summary.get("decision"))
+                           summary.get("seconds"), summary.get("decision"), summary.get("levers"),
+                           summary.get("select_label"), summary.get("start_won_hint"))
 
 
 def _write_card(out: Path, resolved: dict, summary: dict) -> None:
