@@ -149,14 +149,14 @@ def dev_threshold_f1(model) -> dict:
 
 
 def rescore(args) -> None:
-    """Dev-threshold F1 for the recorded runs that lack it and whose kept model is still in the cache, and for the
-    start models; every other score of a record stays as it was."""
+    """Dev-threshold F1 for the recorded runs (not the single-seed exploration) that lack it and whose kept model is
+    still in the cache, and for the start models; every other score of a record stays as it was."""
     path = args.results or common.RESULTS / "similarity_adaptation.json"
     results = json.loads(path.read_text())
     for name, scores in [("zero_shot", results["zero_shot"]), *results.get("zero_shot_models", {}).items()]:
         if not set(F1S) <= set(scores):
             scores.update(dev_threshold_f1(common.minilm_path() if name == "zero_shot" else common.mpnet_path()))
-    for record in results["runs"] + results["sweep"]:
+    for record in results["runs"]:
         best = CACHE / record["key"].replace("|", "_") / "best"
         if not set(F1S) <= set(record) and best.is_dir():
             record.update(dev_threshold_f1(best))

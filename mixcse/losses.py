@@ -314,6 +314,7 @@ def training_loss(z1: torch.Tensor, z2: torch.Tensor, objective: ContrastiveObje
     weighted, for one); each term's stats are logged beside the loss's."""
     out = contrastive_loss(z1, z2, objective, rows, exclude=exclude)
     for term in terms:
-        value, stats = term(z1, z2, rows)
-        out = LossOutput(out.loss + value, out.simcse_loss, {**out.stats, **stats})
+        added = term(z1, z2, rows)
+        if added is not None:  # a lever may add nothing to a batch
+            out = LossOutput(out.loss + added[0], out.simcse_loss, {**out.stats, **added[1]})
     return out

@@ -114,11 +114,29 @@ def test_cutoff_takes_positions_out_of_the_attention_but_never_the_special_token
     assert torch.equal(out["input_ids"], batch["input_ids"])
 
 
-def test_dropout_off_runs_the_training_forward_in_eval_mode(tiny_bert, synthetic_data, tmp_path):
+def test_dropout_off_stops_the_transformers_dropout_and_keeps_the_head_in_training(tiny_bert, synthetic_data,
+                                                                                   tmp_path):
     augment = lever(tiny_bert, synthetic_data, tmp_path, augment_dropout=False)
     augment.encoder.train()
-    augment.view({}, np.arange(4), step=0)
-    assert not augment.encoder.training
+    batch = augment.view({}, np.arange(8), step=0)
+    assert augment.encoder.training and not augment.encoder.backbone.training
+    views = {k[len("positive_"):]: v for k, v in batch.items() if k.startswith("positive_")}
+    once, twice = augment.encoder(views), augment.encoder(views)
+    assert torch.equal(once, twice)  # no dropout: the same text gives the same vector
+    once.sum().backward()
+    assert augment.encoder.head is not None and augment.encoder.head.dense.weight.grad is not None
+
+
+def test_a_mask_with_gaps_keeps_its_tail_in_length_buckets(tiny_bert):
+    from mixcse.models.encoder import load_encoder
+
+    encoder, tokenizer, _ = load_encoder(str(tiny_bert), pooler="avg")
+    encoder.eval()
+    batch = dict(tokenizer(["t0w1 t0w2 t1w3 t2w2 t3w3 the", "t5w5 a", "t2w0 of t3w3 t4w4", "t6w6"], padding=True,
+                           return_tensors="pt", return_token_type_ids=False))
+    cut = cutoff(batch, 0.5, seed=0, step=0, indices=np.arange(4), view=2)
+    with torch.no_grad():
+        assert torch.allclose(encoder(cut, length_buckets=1), encoder(cut, length_buckets=2), atol=1e-5)
 
 
 @pytest.mark.parametrize("loss", list(PRESETS))

@@ -145,3 +145,26 @@ def test_a_lever_checks_its_keys_and_an_old_and_new_name_together_are_refused(to
     unregister_lever("toy")
     with pytest.raises(ConfigError, match="unknown config key 'toy_pull'"):
         load_recipe(None, base | {"toy_pull": 1})
+
+
+def test_a_lever_may_not_take_a_config_key_or_another_levers_and_a_task_not_a_built_in_name():
+    class Seeded(ToyLever):
+        name, keys, renamed = "seeded", {"seed": (int, 0)}, {}
+
+    class Again(ToyLever):
+        name, keys, renamed = "again", {"distill_weight": (float, 0.0)}, {}
+
+    for cls, message in ((Seeded, "'seed' is a config key of its own"), (Again, "belongs to lever distillation")):
+        with pytest.raises(ValueError, match=message):
+            register_lever(cls)
+    for name in ("stsb", "all", "sts", "pairs"):
+        with pytest.raises(ValueError, match="not a built-in task's"):
+            register_task(name, lambda n, a: ToyEvaluator(), ToyEvaluator)
+
+
+def test_a_recorded_config_reads_with_todays_names_and_defaults(toy_lever):
+    from mixcse.training.rundir import recorded_config
+
+    old = {"model": "m", "toy_weight": 0.5}  # written before toy_pull had its name, and before the augment keys
+    got = recorded_config(old)
+    assert got["toy_pull"] == 0.5 and "toy_weight" not in got and got["augment_views"] == "one"

@@ -11,7 +11,8 @@ from pathlib import Path
 from mixcse.data.reader import read_nonblank
 from mixcse.errors import DataError, MixCSEError
 from mixcse.models.encoder import POOLERS
-from mixcse.models.inference import BACKENDS, PRECISIONS, open_encoder
+from mixcse.models import inference
+from mixcse.models.inference import BACKENDS, PRECISIONS
 
 INFERENCE_PRECISIONS = tuple(dict.fromkeys(p for allowed in PRECISIONS.values() for p in allowed))
 SAFETENSORS_KEY = "embeddings"  # the tensor of an embeddings .safetensors file (encode writes it, search reads it)
@@ -92,7 +93,7 @@ def load_model(args: argparse.Namespace):
     """The encoder of ``encode`` and ``search``'s model options (`open_encoder`)."""
     check_backend(args.backend, args.precision)
     try:
-        return open_encoder(args.model, backend=args.backend, pooler=args.pooler, precision=args.precision,
+        return inference.open_encoder(args.model, backend=args.backend, pooler=args.pooler, precision=args.precision,
                             device=_device(args.device, args.backend), trust_remote_code=args.trust_remote_code)
     except RuntimeError as exc:  # e.g. an unknown or unavailable torch device
         raise MixCSEError(f"cannot load model {args.model!r}: {str(exc).splitlines()[0]}") from None

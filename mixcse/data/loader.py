@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from mixcse.data.disk import open_sharded_corpus
-from mixcse.data.documents import Segments, describe, read_positive_pairs, read_training_text
+from mixcse.data.documents import PAIR_KINDS, Segments, describe, read_positive_pairs, read_training_text
 from mixcse.data.memory import PairedCorpus, TokenizedCorpus
 from mixcse.errors import DataError
 
@@ -45,7 +45,7 @@ class CorpusLoader:
             Segments(cfg.train_file, text_column=cfg.text_column, segment=cfg.segment, min_words=cfg.min_words,
                      dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
             return
-        if cfg.positives in ("neighbours", "title"):
+        if cfg.positives in PAIR_KINDS:
             self.sentences, self.text_stats = read_positive_pairs(
                 cfg.train_file, positives=cfg.positives, text_column=cfg.text_column, min_words=cfg.min_words,
                 dedupe=cfg.dedupe, max_sentences=cfg.max_sentences)
@@ -67,7 +67,7 @@ class CorpusLoader:
             if len(pairs) != len(self.sentences):
                 raise ValueError(f"{len(pairs)} pairs for {len(self.sentences)} sentences")
             memory = PairedCorpus(pairs, tokenizer, cfg.max_seq_length, used)
-        elif cfg.positives in ("neighbours", "title"):
+        elif cfg.positives in PAIR_KINDS:
             memory = PairedCorpus(self.sentences, tokenizer, cfg.max_seq_length, used)
         else:
             memory = TokenizedCorpus(self.sentences, tokenizer, cfg.max_seq_length, used)

@@ -66,6 +66,11 @@ class Evaluator:
     def label(self) -> str:
         return self.name
 
+    def worker_cost(self, embeddings: dict) -> tuple | None:
+        """A sort key (costliest first) when this evaluator's scoring may run in a worker process of
+        ``evaluate(workers=N)`` (it must then be picklable); None: it scores in the calling process."""
+        return None
+
     @classmethod
     def protocol(cls, evaluators: list["Evaluator"], context: dict) -> dict | None:
         """``context``: the run's ``tasks``, ``mode``, ``kfold``, ``pairs_data``."""

@@ -255,8 +255,11 @@ def _recipe(resolved: dict, summary: dict) -> list[str]:
         rows.append(["warm-up", f"{cfg['warmup_ratio']:g} of the steps"])
     if cfg.get("weight_decay"):
         rows.append(["weight decay", f"{cfg['weight_decay']:g}"])
-    lines = ["## Training", "", "### Recipe", "", "Unsupervised: every sentence is its own positive, the two views "
-             "differing by dropout; the other sentences of the batch are the negatives"
+    views = ("every sentence is its own positive, the two views differing by dropout"
+             if cfg.get("positives", "dropout") == "dropout" else
+             f"each sentence's second view from `positives: {cfg.get('positives')}` (Adaptation Levers, below)")
+    lines = ["## Training", "", "### Recipe", "", f"Unsupervised: {views}; the other sentences of the batch are the "
+             "negatives"
              + (", plus one mixed hard negative per pair, normalize(λ·h'ᵢ + (1-λ)·h'ⱼ)." if lam is not None
                 else "."), ""]
     lines += markdown_table(["setting", "value"], rows, centred=True) + [""]

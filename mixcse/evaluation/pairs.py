@@ -208,15 +208,18 @@ class PairsEvaluator(Evaluator):
                             f"pair AP / Spearman x100 on {len(paths)} files")
 
     def units(self) -> dict[str, list[str]]:
-        dev = [] if self.dev is None else self.dev.a + self.dev.b
-        return {self.name: [s for ps in self.sets for s in ps.a + ps.b] + dev}
+        units = {self.name: [s for ps in self.sets for s in ps.a + ps.b]}
+        if self.dev is not None:  # its own unit: the scored files' embeddings stay those of a run without it
+            units[f"{self.name}:threshold_from"] = self.dev.a + self.dev.b
+        return units
 
     def score(self, embeddings, encoder=None, **_) -> dict[str, dict]:
         embed = embeddings[self.name]
         out = {name: {"file": ps.source, **score_pairs(embed(ps.a), embed(ps.b), ps.scores)}
                for name, ps in zip(self.files, self.sets)}
         if self.dev is not None:
-            dev = S.row_cosine(embed(self.dev.a), embed(self.dev.b))
+            dev_embed = embeddings[f"{self.name}:threshold_from"]
+            dev = S.row_cosine(dev_embed(self.dev.a), dev_embed(self.dev.b))
             threshold = best_threshold_scores(dev, self.dev.scores)["f1_threshold"]
             for r, ps in zip(out.values(), self.sets):
                 if r["main"] == "ap":

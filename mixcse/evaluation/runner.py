@@ -55,20 +55,18 @@ def _score_timed(evaluator: Evaluator, embeddings: dict) -> tuple[dict, float]:
 
 
 def _submit(evaluators: list[Evaluator], workers: int, embedded: dict):
-    """With ``workers > 1``, the transfer probes start in worker processes: (pool, {name: (submitted, future)})."""
-    transfer = [ev for ev in evaluators if ev.section == "transfer"]
-    if workers <= 1 or len(transfer) <= 1:
+    """With ``workers > 1``, the evaluators that score in worker processes (``worker_cost``: the transfer probes)
+    start there, the costliest first: (pool, {name: (submitted, future)})."""
+    heavy = [ev for ev in evaluators if ev.worker_cost(embedded) is not None]
+    if workers <= 1 or len(heavy) <= 1:
         return None, {}
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from mixcse.evaluation.transfer import INNER_CV_TASKS
-
     # spawn, not fork: the parent may hold torch/OpenMP thread pools that a forked child would inherit broken
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(transfer)), mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(heavy)), mp_context=multiprocessing.get_context("spawn"))
     futures = {}
-    # the inner-CV tasks (10 x 10 folds x the C grid) first, the larger first: they take most of the time
-    for ev in sorted(transfer, key=lambda e: (e.name not in INNER_CV_TASKS, -len(embedded[e.name].matrix))):
+    for ev in sorted(heavy, key=lambda e: e.worker_cost(embedded)):
         futures[ev.name] = (time.perf_counter(), pool.submit(_score_timed, ev, {ev.name: embedded[ev.name]}))
     return pool, futures
 

@@ -69,15 +69,25 @@ def stsb_dev_evaluator(data_dir: str | None, *, analysis: bool = False,
 class Selector:
     """How a ``select_on`` / ``guard_data`` name builds its evaluator: ``build(data, options)`` (``data``: the
     user's ``select_data``, None when ``needs`` is None; ``options``: data_dir, select_split, analysis, select_docs,
-    remedy). ``needs``: what ``select_data`` must be, or None. ``guard``: the name may be a ``guard_data`` value."""
+    remedy). ``needs``: what ``select_data`` must be, or None. ``guard``: the name may be a ``guard_data`` value.
+    ``missing(data_dir)``: when the data of a selector that needs none of the user's is nowhere to be found and no
+    folder was named, the note that the run then selects nothing (None: it is there)."""
     build: Callable[[str | None, dict], Evaluator]
     needs: str | None = None
     guard: bool = False
+    missing: Callable[[str | None], str | None] | None = None
 
 
 def _stsb_dev(data, options: dict) -> Evaluator:
     return stsb_dev_evaluator(options["data_dir"], analysis=options.get("analysis", False),
                               **({"remedy": options["remedy"]} if options.get("remedy") else {}))
+
+
+def _stsb_dev_missing(data_dir: str | None) -> str | None:
+    if data_dir is None and find_stsb_dev(None) is None:
+        return ("no STS-B dev data found ($MIXCSE_DATA, ./data, ~/.cache/mixcse/data): no checkpoint selection, "
+                "best/ will be the LAST step; run `mixcse data download` or set data_dir")
+    return None
 
 
 def _retrieval(data, options: dict) -> Evaluator:
@@ -94,18 +104,18 @@ def _pairs(data, options: dict) -> Evaluator:
 
 
 SELECTORS: dict[str, Selector] = {
-    "stsb_dev": Selector(_stsb_dev, guard=True),
+    "stsb_dev": Selector(_stsb_dev, guard=True, missing=_stsb_dev_missing),
     "retrieval": Selector(_retrieval, "a BEIR folder: corpus.jsonl, queries.jsonl, qrels/"),
     "pairs": Selector(_pairs, "a .tsv/.csv file of sentence1, sentence2, label"),
 }
 
 
 def register_selector(name: str, build: Callable[[str | None, dict], Evaluator], *, needs: str | None = None,
-                      guard: bool = False) -> None:
+                      guard: bool = False, missing: Callable[[str | None], str | None] | None = None) -> None:
     """A new ``select_on`` value (and, with ``guard`` and no ``needs``, a ``guard_data`` name)."""
     if name == "none":
         raise ValueError("'none' is no selector's name")
-    SELECTORS[name] = Selector(build, needs, guard)
+    SELECTORS[name] = Selector(build, needs, guard, missing)
 
 
 def select_on_values() -> tuple[str, ...]:
@@ -129,10 +139,10 @@ def build_selector(select_on: str, *, data_dir: str | None, select_data: str | N
         raise D.DataError(f"select_on must be one of {', '.join(select_on_values())}, got {select_on!r}")
     if select_on == "none":
         return None, None
-    if select_on == "stsb_dev" and data_dir is None and find_stsb_dev(None) is None:
-        return None, ("no STS-B dev data found ($MIXCSE_DATA, ./data, ~/.cache/mixcse/data): no checkpoint "
-                      "selection, best/ will be the LAST step; run `mixcse data download` or set data_dir")
     selector = SELECTORS[select_on]
+    note = selector.missing(data_dir) if selector.missing is not None else None
+    if note is not None:
+        return None, note
     if selector.needs is not None:
         if not select_data:
             raise D.DataError(f"select_on: {select_on} needs select_data ({selector.needs})")

@@ -139,6 +139,7 @@ FAMILIES: dict[str, Callable[[], type[Evaluator]]] = {
     "pairs": _family_pairs}
 SENTEVAL_SECTIONS = ("sts", "transfer", "analysis")  # the protocol of "all": recorded in every run's settings
 BUILT_IN_SECTIONS = tuple(FAMILIES)
+RESERVED_SECTIONS = ("settings", "tasks", "mode", "seconds")  # keys of the results dict that are no section
 
 
 def register_task(name: str, factory: Callable[[str, dict], Evaluator], family: type[Evaluator], *,
@@ -146,8 +147,12 @@ def register_task(name: str, factory: Callable[[str, dict], Evaluator], family: 
     """A task ``mixcse eval --tasks NAME`` runs (never part of "all"): ``factory(name, arguments)`` builds its
     evaluator (``arguments``: those of ``build_evaluators``), ``family`` is its evaluator class, which files its
     results under ``family.section`` and renders them. ``needs``: "senteval", a key of ``DATA_ARGUMENTS``, or None."""
-    if name.lower() != name or name in EVALUATORS and name not in REGISTERED:
-        raise ValueError(f"task {name!r}: a task name is lower case and not a built-in task's")
+    taken = {"all", *GROUPS, *_ALIASES, *(t.lower() for t in ALL_TASKS + OWN_DATA)}
+    if name.lower() != name or not name or name in taken:
+        raise ValueError(f"task {name!r}: a task name is lower case and not a built-in task's, group's or alias's")
+    owner = FAMILIES.get(family.section)
+    if family.section in RESERVED_SECTIONS or owner is not None and owner() is not family:
+        raise ValueError(f"task {name!r}: the results section {family.section!r} belongs to another family")
     if not family.section:
         raise ValueError(f"{family.__name__} names no results section")
     if needs not in (None, "senteval", *DATA_ARGUMENTS):

@@ -125,5 +125,9 @@ class TransferEvaluator(Evaluator):
     def units(self) -> dict[str, list[str]]:
         return {self.name: task_sentences(self.name, self.data)}
 
+    def worker_cost(self, embeddings: dict) -> tuple:
+        """The inner-CV tasks (10 x 10 folds x the C grid) first, the larger first: they take most of the time."""
+        return self.name not in INNER_CV_TASKS, -len(embeddings[self.name].matrix)
+
     def score(self, embeddings, encoder=None, **_) -> dict:
         return run_task(self.name, self.data, embeddings[self.name], self.classifier, self.kfold, SEED)

@@ -72,7 +72,8 @@ class Encoder(nn.Module):
         mask = batch["attention_mask"]
         if length_buckets <= 1 or mask.shape[0] < 2 * length_buckets:
             return self._pool(batch, use_head)
-        lengths = mask.sum(dim=1)
+        # a row's length is its last attended position + 1 (a mask with gaps, as cutoff leaves, keeps its tail)
+        lengths = mask.shape[1] - torch.argmax(mask.flip(1), dim=1)
         order = torch.argsort(lengths, stable=True)
         pooled = []
         for part in torch.tensor_split(order, length_buckets):

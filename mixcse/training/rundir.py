@@ -77,7 +77,17 @@ def saved_record(out: Path) -> dict | None:
 
 def _saved_config(out: Path) -> dict | None:
     config = (saved_record(out) or {}).get("config")
-    return config if isinstance(config, dict) else None
+    return recorded_config(config) if isinstance(config, dict) else None
+
+
+def recorded_config(config: dict) -> dict:
+    """A config recorded by an earlier run, as today's keys read it: old names of lever keys renamed, and keys it
+    does not record (added since) at their defaults."""
+    from mixcse.training.config import TrainConfig
+    from mixcse.training.levers import renamed_keys
+
+    renamed = renamed_keys()
+    return {**TrainConfig().to_dict(), **{renamed.get(k, k): v for k, v in config.items()}}
 
 
 def _entries(out: Path) -> list[Path]:
@@ -258,7 +268,7 @@ def read_resume(out: Path, config: dict, defaults: dict, is_main: bool) -> tuple
     ckpt = read_checkpoint(out)
     record = saved_record(out) or {}
     recorded = record.get("config") if isinstance(record.get("config"), dict) else ckpt.get("config") or {}
-    changed = resume_changes({**defaults, **recorded}, config)
+    changed = resume_changes({**defaults, **recorded_config(recorded)}, config)
     history = [entry for entry in record.get("history") or [] if isinstance(entry, dict)]
     if changed and is_main:
         listed = ", ".join(f"{key} ({old!r} -> {new!r})" for key, (old, new) in changed.items())

@@ -119,8 +119,8 @@ class Run:
             cfg.select_on, data_dir=cfg.data_dir, select_data=cfg.select_data, select_split=cfg.select_split,
             analysis=cfg.analysis_at_eval, select_docs=cfg.select_docs)
         # held-out pairs: AP, and F1 at the threshold best on the selection pairs when they have 0/1 labels
-        dev = cfg.select_data if isinstance(self.selector, PairsEvaluator) and self.selector.primary_metric == "ap" \
-            else None
+        dev = self.selector.sets[0].source if isinstance(self.selector, PairsEvaluator) and \
+            self.selector.primary_metric == "ap" else None
         self.held_out = PairsEvaluator(cfg.test_pairs, threshold_from=dev) if cfg.test_pairs and ctx.is_main else None
         self.guards = [Guard(build_guard(data, data_dir=cfg.data_dir), data, tolerance)
                        for data, tolerance in cfg.guard_list()]
@@ -454,7 +454,7 @@ class Run:
                             "file": r["file"]}
             if r.get("f1") is not None:
                 report[name].update(f1_start=start.get(name, {}).get("f1"), f1_best=r["f1"],
-                                    f1_threshold_from=self.cfg.select_data)
+                                    f1_threshold_from=self.held_out.dev.source)
         return report
 
     def finish(self) -> TrainResult:

@@ -32,8 +32,9 @@ from mixcse.training.levers.base import (
     positives_values,
     register_lever,
     renamed_keys,
+    reserve_keys,
     unregister_lever,
 )
 
 __all__ = ["LEVERS", "Lever", "StartModel", "active_levers", "lever_keys", "positives_values", "register_lever",
-           "renamed_keys", "unregister_lever"]
+           "renamed_keys", "reserve_keys", "unregister_lever"]

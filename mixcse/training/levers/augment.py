@@ -10,10 +10,11 @@ probabilities of the ``augment`` mapping (what the probabilities leave to 1: the
 
 A text is never emptied: an operator that would leave no token leaves the text as it was. ``augment_views``: one
 (view 2 is augmented, view 1 is the text) or both (two independent augmentations). ``augment_dropout`` (default
-true): dropout stays on, as in SimCSE; false runs the training forward passes with dropout off, so that the views
-differ by the augmentation alone. ``augment_cutoff`` (default 0): the share of each augmented view's token
-positions removed inside the encoder (cutoff): they leave the attention mask, so no other position attends to them
-and pooling skips them; the others keep their position ids. The special tokens and one other token always stay.
+true): dropout stays on, as in SimCSE; false runs the training forward passes with the transformer's dropout off
+(the pooler's MLP head stays in training mode), so that the views differ by the augmentation alone.
+``augment_cutoff`` (default 0): the share of each augmented view's token positions removed inside the encoder
+(cutoff): they leave the attention mask, so no other position attends to them and pooling skips them; the others
+keep their position ids. The special tokens and one other token always stay.
 
 Every draw comes from a generator seeded by (seed, step, the text's corpus index, view): the views are the same
 whatever the number of processes, and a resumed run draws the views of the run that was cut off.
@@ -123,6 +124,9 @@ class Augment(Lever):
         for name, p in probabilities.items():
             if not 0.0 <= p <= 1.0:
                 raise ConfigError(f"augment: the probability of {name} must be in [0, 1], got {p}")
+        if not any(probabilities.values()):
+            raise ConfigError("augment: no operator has a probability above 0, so no text would change; give one, "
+                              "or leave augment unset for the default")
         if sum(probabilities.values()) > 1.0 + 1e-9:
             raise ConfigError(f"augment: the probabilities add up to {sum(probabilities.values()):g}, more than 1 "
                               f"(each text gets one operator per step)")
@@ -153,8 +157,8 @@ class Augment(Lever):
         return batch
 
     def view(self, batch: dict, indices: np.ndarray, step: int) -> dict:
-        if not self.cfg.augment_dropout:
-            self.encoder.train(False)  # dropout off in this step's forward passes (evaluation turns it on again)
+        if not self.cfg.augment_dropout:  # dropout off in this step's forward passes (evaluation turns it on again);
+            self.encoder.backbone.train(False)  # the encoder itself stays in training mode (its MLP head is used)
         anchors = self._views(indices, step, 1) if self.cfg.augment_views == "both" else {
             k: v for k, v in batch.items() if not k.startswith("positive_")}
         return anchors | {f"positive_{k}": v for k, v in self._views(indices, step, 2).items()}

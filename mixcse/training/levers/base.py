@@ -51,18 +51,34 @@ class Lever:
 
 
 LEVERS: dict[str, type[Lever]] = {}
+RESERVED: set[str] = set()  # the config's own keys (TrainConfig's fields), which no lever may declare
+
+
+def _check_keys(cls: type[Lever]) -> None:
+    taken = {key: other.name for other in LEVERS.values() if other.name != cls.name
+             for key in (*other.keys, *other.renamed)}
+    for key in (*cls.keys, *cls.renamed):
+        if key in RESERVED:
+            raise ValueError(f"lever {cls.name}: {key!r} is a config key of its own, not a lever's")
+        if key in taken:
+            raise ValueError(f"lever {cls.name}: {key!r} belongs to lever {taken[key]}")
 
 
 def register_lever(cls: type[Lever]) -> type[Lever]:
-    """Add a lever to the registry (a class decorator); its keys must not be another lever's or a config field."""
+    """Add a lever to the registry (a class decorator); its keys and old names must not be another lever's or a
+    config field."""
     if not cls.name:
         raise ValueError(f"{cls.__name__} has no name")
-    taken = {key: other.name for other in LEVERS.values() if other.name != cls.name for key in other.keys}
-    clash = sorted(set(cls.keys) & set(taken))
-    if clash:
-        raise ValueError(f"lever {cls.name}: keys {clash} belong to lever {taken[clash[0]]}")
+    _check_keys(cls)
     LEVERS[cls.name] = cls
     return cls
+
+
+def reserve_keys(keys) -> None:
+    """The config's own keys (config.py calls this once): no lever, registered or to come, may declare them."""
+    RESERVED.update(keys)
+    for cls in LEVERS.values():
+        _check_keys(cls)
 
 
 def unregister_lever(name: str) -> None:
