@@ -291,7 +291,7 @@ def row_label(domain: str, method: str, settings: dict) -> str:
         diff = ", ".join(f"{k}={settings.get(k, default[k])}" for k in sorted({*settings, *lever_keys(),
                                                                                 *SELECTION_KEYS})
                          if recipe.get(k) != settings.get(k, default[k]))
-        if diff.count("=") <= 1:  # the recipe, or the recipe with one change
+        if diff.count("=") <= 3:  # the recipe, or the recipe with up to three changes
             return f"{method}, shipped recipe" + (f" but {diff}" if diff else "")
     key = settings_key(settings)
     return f"{method} ({key})" if key != "recipe" else method
@@ -416,7 +416,43 @@ def render_tuning(results: dict | None = None) -> str:
                                       [[cell(mine[k]) for k in keys]]), ""]
     return "\n".join(lines + ["Seed 0, products, the shipped recipe's budget (30 steps of 64 titles, length 64, "
                               "selection every 15 steps on the dev pairs; MixCSE/SimCSE with the STS-B dev guard); "
-                              "bold: the best dev AP of the method, the setting of its 3-seed row."])
+                              "bold: the best dev AP of the method, the setting of its 3-seed row.", "",
+                              *tuned_comparison(results, points)])
+
+
+def tuned_comparison(results: dict, points: dict) -> list[str]:
+    """Paired test AP / dev-threshold F1 differences of the 3-seed rows at each method's best dev point: MixCSE
+    against each baseline, and text views (positives: augment) on against off."""
+    from mixcse.utils.tables import markdown_table
+
+    def seeds(settings: dict, method: str) -> dict:
+        return {r["seed"]: r for r in results["runs"] if r.get("domain") == "products" and r["method"] == method
+                and r["settings"] == settings}
+
+    tuned = {}
+    for method in ("mixcse", "simcse", "ct", "tsdae"):
+        mine = [r for k, r in points.items() if k[0] == method]
+        if mine:
+            best = max(mine, key=lambda r: r["products_dev_ap"])["settings"]
+            tuned[method] = (best, seeds(best, method))
+    rows = []
+    for name, (a, b) in {**{f"MixCSE − {n}": (("mixcse",), (m,)) for m, n in BASELINES.items()},
+                         "MixCSE augment − MixCSE": (("mixcse", "augment"), ("mixcse",)),
+                         "SimCSE augment − SimCSE": (("simcse", "augment"), ("simcse",))}.items():
+        if a[0] not in tuned or b[0] not in tuned:
+            continue
+        first = tuned[a[0]][1] if len(a) == 1 else seeds({**tuned[a[0]][0], "positives": "augment"}, a[0])
+        second = tuned[b[0]][1]
+        ap = paired({s: r["products_test_ap"] for s, r in first.items()},
+                    {s: r["products_test_ap"] for s, r in second.items()})
+        f1 = paired({s: r["products_test_f1"] for s, r in first.items() if r.get("products_test_f1") is not None},
+                    {s: r["products_test_f1"] for s, r in second.items() if r.get("products_test_f1") is not None})
+        if ap:
+            rows.append([name, str(ap["n"]), fmt_diff(ap), fmt_diff(f1)])
+    if not rows:
+        return []
+    return ["Each method at its own best dev point, 3 seeds, differences paired by seed (test AP; test F1 at the "
+            "dev threshold):", "", *markdown_table(["comparison", "n", "test AP", "test F1"], rows)]
 
 
 def render_runs(results: dict | None = None) -> str:
