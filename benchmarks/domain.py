@@ -416,7 +416,7 @@ def render_tuning(results: dict | None = None) -> str:
                                       [[cell(mine[k]) for k in keys]]), ""]
     return "\n".join(lines + ["Seed 0, products, the shipped recipe's budget (30 steps of 64 titles, length 64, "
                               "selection every 15 steps on the dev pairs; MixCSE/SimCSE with the STS-B dev guard); "
-                              "bold: the best dev AP of the method, the setting of its 3-seed row.", "",
+                              "bold: the best dev AP of the method, the setting of its 3-seed row where one ran.", "",
                               *tuned_comparison(results, points)])
 
 
