@@ -45,6 +45,16 @@ def task_keys(section: dict) -> list[str]:
     return [k for k, v in section.items() if k not in ("avg", "settings") and isinstance(v, dict)]
 
 
+def task_row(section: dict, field: str, model: str | None = None, *, centred: bool = False) -> list[str]:
+    """One markdown row of a per-task section: ``field`` of each task, then the section's average."""
+    from mixcse.utils.tables import number
+
+    tasks = task_keys(section)
+    return result_row([label(t) for t in tasks] + ["Avg."],
+                      [number(section[t].get(field)) for t in tasks] + [number(section.get("avg"))], model,
+                      centred=centred)
+
+
 def result_row(columns: list[str], values: list[str], model: str | None = None, *, centred: bool = False
                ) -> list[str]:
     """One markdown row of results, with a "Model" column first when ``model`` names the row."""

@@ -14,9 +14,8 @@ import numpy as np
 from scipy import stats
 
 from mixcse.evaluation import senteval as D
-from mixcse.evaluation.evaluator import Evaluator, label, result_row, task_keys
+from mixcse.evaluation.evaluator import Evaluator, label, task_keys, task_row
 from mixcse.evaluation.senteval import PairSet
-from mixcse.utils.tables import number
 
 
 def row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -125,20 +124,14 @@ class STSEvaluator(Evaluator):
         section["avg"] = finite_mean(section[t]["spearman"] for t in task_keys(section))
 
     @classmethod
-    def _row(cls, section: dict, model: str | None = None, *, centred: bool = False) -> list[str]:
-        tasks = task_keys(section)
-        return result_row([label(t) for t in tasks] + ["Avg."],
-                          [number(section[t].get("spearman")) for t in tasks] + [number(section.get("avg"))], model,
-                          centred=centred)
-
-    @classmethod
     def table(cls, section: dict, settings: dict, label: str | None = None) -> list[str]:
-        return ["STS: Spearman x100 of cosine similarity ('all' aggregation for STS12-16)", *cls._row(section, label)]
+        return ["STS: Spearman x100 of cosine similarity ('all' aggregation for STS12-16)",
+                *task_row(section, "spearman", label)]
 
     @classmethod
     def card(cls, section: dict, settings: dict) -> list[str]:
         return ["STS: Spearman correlation x100 of cosine similarities (SentEval protocol, 'all' aggregation for "
-                "STS12-16).", "", *cls._row(section, centred=True)]
+                "STS12-16).", "", *task_row(section, "spearman", centred=True)]
 
     @classmethod
     def senteval(cls, task: str, data_dir) -> "STSEvaluator":

@@ -12,7 +12,7 @@ import numpy as np
 from sklearn.metrics import f1_score
 
 from mixcse.evaluation import senteval as D
-from mixcse.evaluation.evaluator import Evaluator, label, result_row, task_keys
+from mixcse.evaluation.evaluator import Evaluator, task_keys, task_row
 from mixcse.evaluation.probes import SEED, dev_split, inner_kfold, kfold_then_test, single_threaded
 
 INNER_CV_TASKS = ("MR", "CR", "SUBJ", "MPQA")
@@ -90,21 +90,12 @@ class TransferEvaluator(Evaluator):
         section["avg"] = finite_mean(section[t]["acc"] for t in task_keys(section))
 
     @classmethod
-    def _row(cls, section: dict, model: str | None = None, *, centred: bool = False) -> list[str]:
-        from mixcse.utils.tables import number
-
-        tasks = task_keys(section)
-        return result_row([label(t) for t in tasks] + ["Avg."],
-                          [number(section[t].get("acc")) for t in tasks] + [number(section.get("avg"))], model,
-                          centred=centred)
-
-    @classmethod
     def table(cls, section: dict, settings: dict, label: str | None = None) -> list[str]:
         from mixcse.utils.tables import number
 
         clf = settings.get("classifier", {}).get("classifier", "?")
         lines = [f"Transfer: test accuracy x100 (logistic regression, classifier={clf}, "
-                 f"mode={settings.get('mode', '?')})", *cls._row(section, label)]
+                 f"mode={settings.get('mode', '?')})", *task_row(section, "acc", label)]
         if "MRPC" in section:
             lines.append(f"(MRPC F1: {number(section['MRPC'].get('f1'))})")
         return lines
@@ -115,7 +106,8 @@ class TransferEvaluator(Evaluator):
         probe = probe.get("classifier") if isinstance(probe, dict) else None
         details = ", ".join(x for x in (f"mode {mode}" if mode else "", f"probe {probe}" if probe else "") if x)
         return ["Transfer: test accuracy x100 of a logistic regression on the frozen embeddings"
-                + (f" (SentEval, {details})." if details else " (SentEval)."), "", *cls._row(section, centred=True)]
+                + (f" (SentEval, {details})." if details else " (SentEval)."), "",
+                *task_row(section, "acc", centred=True)]
 
     def __init__(self, task: str, data_dir, classifier, kfold: int):
         self.name, self.classifier, self.kfold = task, classifier, kfold
